@@ -1,0 +1,3 @@
+from specgauge.cli import main
+
+main()

@@ -1,0 +1,84 @@
+"""The drafter contract shared by offline replay (``simulate``) and the embedded engine.
+
+A drafter proposes up to ``k`` draft tokens for one request from that request's token history
+(prompt ids followed by the output ids produced so far). It knows nothing about sampling,
+verification or timing: the caller decides what was accepted and tells the drafter only through
+the history it passes next and through ``end``.
+
+Lifecycle, per request (several requests may be open at once, interleaved, in the engine):
+
+    begin(request_id, prompt_ids)
+    propose(request_id, history, k) -> list[int]     # 0..k tokens; [] means "no draft this step"
+    ...                                             # history grows by accepted + 1 tokens each step
+    end(request_id, output_ids)                     # the final output; global state may learn from it
+
+A drafter whose proposal is a deterministic function of the history (n-gram, suffix, greedy draft
+model) satisfies the replay theorem in ``shared/design.md``: its live acceptance on an output equals
+the acceptance obtained by replaying that output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    #: registry name, e.g. "ngram"
+    kind: ClassVar[str]
+    #: True when propose() is a deterministic function of the history (exact replay applies)
+    deterministic: ClassVar[bool]
+
+    def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None: ...
+
+    def propose(self, request_id: str, history: Sequence[int], k: int) -> list[int]: ...
+
+    def end(self, request_id: str, output_ids: Sequence[int]) -> None: ...
+
+
+DrafterFactory = Callable[..., Drafter]
+
+_REGISTRY: dict[str, DrafterFactory] = {}
+ENTRY_POINT_GROUP = "specgauge.drafters"
+
+
+def register_drafter(kind: str) -> Callable[[DrafterFactory], DrafterFactory]:
+    """Class decorator: make a drafter available under ``kind`` (built-ins use this too)."""
+
+    def deco(factory: DrafterFactory) -> DrafterFactory:
+        _REGISTRY[kind] = factory
+        return factory
+
+    return deco
+
+
+def drafter_kinds() -> list[str]:
+    _load_plugins()
+    return sorted(_REGISTRY)
+
+
+def make_drafter(kind: str, **options: Any) -> Drafter:
+    """Build a registered drafter; an unknown kind names the known ones."""
+    _load_plugins()
+    try:
+        factory = _REGISTRY[kind]
+    except KeyError:
+        raise ValueError(f"unknown draft method {kind!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    return factory(**options)
+
+
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    # built-ins register themselves on import
+    from specgauge import drafters as _builtin  # noqa: F401
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _REGISTRY.setdefault(ep.name, ep.load())
