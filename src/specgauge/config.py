@@ -6,13 +6,15 @@ as vLLM v0.32's ``SpeculativeConfig``), so a user can paste what they serve with
 
 from __future__ import annotations
 
+from specgauge.errors import UserError
+
 import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value is wrong; the message names the setting."""
 
 

@@ -7,6 +7,8 @@ Yields ``(line_number, text)`` one line at a time and never holds more than one 
 
 from __future__ import annotations
 
+from specgauge.errors import UserError
+
 import gzip
 import io
 import zlib
@@ -21,7 +23,7 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 
 
-class WorkloadError(ValueError):
+class WorkloadError(UserError, ValueError):
     """A problem in a workload file, rendered as ``FILE:LINE: field: what is wrong``."""
 
     def __init__(self, source: str, message: str, field: str | None = None) -> None:

@@ -1,0 +1,121 @@
+"""Command line: flags -> config -> one library call. Nothing here computes a figure.
+
+Errors that are the user's (bad workload line, bad flag value, unreachable server) are printed as one
+clear line naming the place, with exit status 2; a traceback means a bug in specgauge.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from specgauge import __version__
+
+app = typer.Typer(
+    name="specgauge",
+    help="Does speculative decoding pay off on YOUR workload? Profile, replay, benchmark, decide.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
+    console = Console(width=140)
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Turn specgauge's own error types into one line on stderr and exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from specgauge.errors import USER_ERRORS
+
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            err_console.print(f"[bold red]error:[/bold red] {e}", highlight=False, markup=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"specgauge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    pass
+
+
+WorkloadArg = Annotated[
+    list[Path] | None,
+    typer.Argument(help="Workload file(s): OpenAI JSONL, Batch API input+output, ShareGPT, vllm custom, text. "
+                   "gzip/zstd fine. Default: the built-in sample workload."),
+]
+FormatOpt = Annotated[str | None, typer.Option("--format", help="Override format detection: openai, batch, sharegpt, vllm-custom, text.")]
+SegmentOpt = Annotated[str | None, typer.Option("--segment-by", help="Field path (e.g. metadata.team) or 're:REGEX' over the system prompt.")]
+SkipOpt = Annotated[bool, typer.Option("--skip-invalid", help="Skip malformed requests (counted) instead of stopping.")]
+TokOpt = Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer directory, or tiktoken:NAME. Default: the shipped model's tokenizer when present, else an approximation.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Use at most this many requests.")]
+
+
+def _workload_paths(paths: list[Path] | None) -> list[Path]:
+    if paths:
+        return paths
+    from specgauge.workload.samples import sample_path
+
+    return [sample_path()]
+
+
+@app.command()
+@user_errors
+def profile(
+    workload: WorkloadArg = None,
+    tokenizer: TokOpt = None,
+    format: FormatOpt = None,
+    segment_by: SegmentOpt = None,
+    skip_invalid: SkipOpt = False,
+    limit: LimitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the workload looks like, per segment: lengths, sampling mix, tools, RAG context, copy overlap, language."""
+    from specgauge.api import profile as run_profile
+    from specgauge.workload.loaders import LoadOptions
+
+    opts = LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit)  # type: ignore[arg-type]
+    prof, report = run_profile(_workload_paths(workload), opts, tokenizer)
+    for e in report.errors:
+        err_console.print(f"[yellow]skipped:[/yellow] {e}", highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(prof.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
+    else:
+        from specgauge.report.console import render_profile
+
+        render_profile(prof, console)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

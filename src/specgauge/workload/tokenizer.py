@@ -1,0 +1,205 @@
+"""Tokenizer adapters: how specgauge turns a request into prompt token ids when a log has none.
+
+- ``HFTokenizer``: a Hugging Face tokenizer from a local directory (``tokenizer.json`` plus
+  ``tokenizer_config.json`` with its chat template, or ``chat_template.jinja``). Chat requests are
+  rendered with the template exactly as ``transformers.apply_chat_template`` does (sandboxed jinja2,
+  ``add_generation_prompt=True``, tools passed), then encoded without adding special tokens again.
+- ``TiktokenTokenizer``: a tiktoken encoding, when its file is available locally (no downloads).
+- ``ApproxTokenizer``: neither given. Words and punctuation as tokens, ids from a stable hash. Counts
+  are an approximation and every figure made with it says so (``exact = False``).
+
+Token ids found in a log always win over re-tokenising (the callers check that first).
+"""
+
+from __future__ import annotations
+
+from specgauge.errors import UserError
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Protocol
+
+from specgauge.workload.schema import ApiKind, Request
+
+
+class TokenizerError(UserError, ValueError):
+    pass
+
+
+class Tokenizer(Protocol):
+    name: str
+    #: False for the approximation: figures made with it are labelled approximate
+    exact: bool
+    vocab_size: int | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def encode_request(self, request: Request) -> list[int]: ...
+
+
+class HFTokenizer:
+    exact = True
+
+    def __init__(self, directory: str | Path) -> None:
+        from tokenizers import Tokenizer as _Tok
+
+        d = Path(directory)
+        tj = d / "tokenizer.json"
+        if not tj.is_file():
+            raise TokenizerError(f"{d}: no tokenizer.json (a Hugging Face tokenizer directory is expected)")
+        try:
+            self._tok = _Tok.from_file(str(tj))
+        except Exception as e:  # tokenizers raises plain Exception subclasses
+            raise TokenizerError(f"{tj}: cannot be read: {e}") from None
+        cfg: dict[str, Any] = {}
+        tc = d / "tokenizer_config.json"
+        if tc.is_file():
+            try:
+                cfg = json.loads(tc.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise TokenizerError(f"{tc}: not valid JSON: {e}") from None
+        template = cfg.get("chat_template")
+        jt = d / "chat_template.jinja"
+        if jt.is_file():
+            template = jt.read_text(encoding="utf-8")
+        if isinstance(template, list):  # named templates: take "default"
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        self.chat_template: str | None = template
+        self._special = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+        self._add_bos = bool(cfg.get("add_bos_token", False))
+        self.name = f"hf:{d.name}"
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self._compiled: Any = None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(ids, skip_special_tokens=False))
+
+    def render_chat(self, request: Request) -> str:
+        if self.chat_template is None:
+            raise TokenizerError(f"{self.name}: the tokenizer has no chat template; cannot render chat request {request.id}")
+        if self._compiled is None:
+            from jinja2.exceptions import TemplateError
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            def raise_exception(msg: str) -> None:
+                raise TemplateError(msg)
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+            env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, sort_keys=False: json.dumps(
+                x, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys
+            )
+            env.globals["raise_exception"] = raise_exception
+            self._compiled = env.from_string(self.chat_template)
+        messages = [m.model_dump(exclude_none=True) for m in request.messages or []]
+        try:
+            return str(
+                self._compiled.render(
+                    messages=messages, tools=request.tools, add_generation_prompt=True, **self._special
+                )
+            )
+        except Exception as e:  # a template error names the request, never a traceback
+            raise TokenizerError(f"request {request.id}: chat template failed: {e}") from None
+
+    def encode_request(self, request: Request) -> list[int]:
+        if request.api is ApiKind.chat:
+            return self.encode(self.render_chat(request))
+        if isinstance(request.prompt, list):
+            return list(request.prompt)
+        ids = self.encode(request.prompt or "")
+        bos = self._special.get("bos_token")
+        if self._add_bos and bos:
+            bid = self._tok.token_to_id(bos)
+            if bid is not None:
+                ids = [bid, *ids]
+        return ids
+
+
+def _token_text(v: Any) -> str | None:
+    if isinstance(v, dict):
+        return v.get("content")
+    return v if isinstance(v, str) else None
+
+
+class TiktokenTokenizer:
+    exact = True
+
+    def __init__(self, encoding: str) -> None:
+        try:
+            import tiktoken
+        except ImportError:
+            raise TokenizerError("tiktoken is not installed (pip install 'specgauge[tiktoken]')") from None
+        try:
+            self._enc = tiktoken.get_encoding(encoding)
+        except Exception as e:
+            raise TokenizerError(
+                f"tiktoken encoding {encoding!r} is not available locally ({e}); set TIKTOKEN_CACHE_DIR to a "
+                "directory holding its file (specgauge downloads nothing)"
+            ) from None
+        self.name = f"tiktoken:{encoding}"
+        self.vocab_size = self._enc.n_vocab
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._enc.encode(text, disallowed_special=()))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._enc.decode(ids))
+
+    def encode_request(self, request: Request) -> list[int]:
+        if request.api is ApiKind.completion and isinstance(request.prompt, list):
+            return list(request.prompt)
+        return self.encode(_plain_render(request))
+
+
+_WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+class ApproxTokenizer:
+    """Words and punctuation marks as tokens; ids are a stable 31-bit hash. An approximation."""
+
+    exact = False
+    name = "approx:words"
+    vocab_size = None
+
+    def encode(self, text: str) -> list[int]:
+        return [_hash_id(w) for w in _WORD.findall(text)]
+
+    def decode(self, ids: list[int]) -> str:
+        raise TokenizerError("the approximate tokenizer cannot decode ids; pass --tokenizer DIR")
+
+    def encode_request(self, request: Request) -> list[int]:
+        if request.api is ApiKind.completion and isinstance(request.prompt, list):
+            return list(request.prompt)
+        return self.encode(_plain_render(request))
+
+
+def _hash_id(word: str) -> int:
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=4).digest(), "little") & 0x7FFFFFFF
+
+
+def _plain_render(request: Request) -> str:
+    if request.api is ApiKind.chat:
+        parts = [f"{m.role}: {m.text()}" for m in request.messages or []]
+        if request.tools:
+            parts.insert(0, "tools: " + json.dumps(request.tools, ensure_ascii=False))
+        return "\n".join(parts)
+    return request.prompt if isinstance(request.prompt, str) else ""
+
+
+def load_tokenizer(spec: str | Path | None) -> Tokenizer:
+    """``None`` → approximation; ``tiktoken:NAME`` → tiktoken; otherwise a local HF directory."""
+    if spec is None or str(spec) == "":
+        return ApproxTokenizer()
+    s = str(spec)
+    if s.startswith("tiktoken:"):
+        return TiktokenTokenizer(s.split(":", 1)[1])
+    p = Path(s)
+    if not p.exists():
+        raise TokenizerError(f"--tokenizer {s}: no such directory (specgauge loads tokenizers from local directories only)")
+    return HFTokenizer(p)
