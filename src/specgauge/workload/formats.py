@@ -65,7 +65,7 @@ def request_from_body(body: dict[str, Any], default_id: str, api: ApiKind | None
     if not isinstance(meta, dict):
         raise FieldError(f"{prefix}metadata", f"expected a JSON object, got {_jtype(meta)}")
     data["metadata"] = meta
-    segment = body.get("segment", meta.get("segment", body.get("tag")))
+    segment = next((v for v in (body.get("segment"), meta.get("segment"), body.get("tag")) if v is not None), None)
     if segment is not None:
         if not isinstance(segment, (str, int)):
             raise FieldError(f"{prefix}segment", f"expected a string, got {_jtype(segment)}")

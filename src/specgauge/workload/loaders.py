@@ -56,9 +56,11 @@ class LoadReport:
 
 def _first_record(path: Path, max_line_bytes: int) -> tuple[str, Any]:
     """('empty'|'array'|'json'|'text'|'badjson', first parsed object or text)."""
+    first_error: WorkloadError | None = None
     for _, line in iter_lines(path, max_line_bytes):
-        if isinstance(line, WorkloadError):
-            raise line
+        if isinstance(line, WorkloadError):  # unreadable line: detect from the next one
+            first_error = first_error or line
+            continue
         s = line.strip()
         if not s:
             continue
@@ -70,6 +72,8 @@ def _first_record(path: Path, max_line_bytes: int) -> tuple[str, Any]:
             except json.JSONDecodeError:
                 return "badjson", None
         return "text", s
+    if first_error is not None:
+        raise first_error
     return "empty", None
 
 

@@ -209,6 +209,9 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
         if resp is not None and resp.prompt_token_ids is not None:
             prompt_ids = resp.prompt_token_ids
             sources["prompt: log"] += 1
+        elif isinstance(req.prompt, list):
+            prompt_ids = list(req.prompt)
+            sources["prompt: request ids"] += 1
         else:
             prompt_ids = tokenizer.encode_request(req)
             sources["prompt: tokenizer"] += 1
