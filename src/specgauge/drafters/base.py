@@ -20,8 +20,51 @@ the acceptance obtained by replaying that output.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass
+class ReplayTrace:
+    """The verification steps a speculative engine takes over one logged output, in order.
+
+    ``drafted[s]`` draft tokens were proposed at step s (0 when the drafter proposed nothing: still a
+    step, but not a draft), ``accepted[s]`` of them were kept (a prefix). Each step also emits one
+    bonus/correction token, so the step count is the number of target forward passes.
+    """
+
+    drafted: np.ndarray  # (steps,) int
+    accepted: np.ndarray  # (steps,) int
+
+
+def replay_by_stepping(
+    drafter: Drafter, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int
+) -> ReplayTrace:
+    """Reference replay: the engine loop, one ``propose`` per step (the replay theorem makes this exact
+    for deterministic drafters). Accept the longest prefix of the proposal that the logged output
+    continues with, emit one more token (bonus or correction), repeat until the output is consumed.
+    Drafters may offer a faster ``replay`` that must give the same trace."""
+    drafter.begin(request_id, prompt_ids)
+    history = list(prompt_ids)
+    out = list(output_ids)
+    drafted: list[int] = []
+    accepted: list[int] = []
+    pos = 0
+    while pos < len(out):
+        d = drafter.propose(request_id, history, k)
+        a = 0
+        while a < len(d) and pos + a < len(out) and d[a] == out[pos + a]:
+            a += 1
+        drafted.append(len(d))
+        accepted.append(a)
+        step = min(a + 1, len(out) - pos)
+        history.extend(out[pos : pos + step])
+        pos += step
+    drafter.end(request_id, out)
+    return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
 
 @runtime_checkable
