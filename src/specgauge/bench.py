@@ -1,0 +1,532 @@
+"""``specgauge bench``: the library entry ``run_bench(BenchConfig) -> BenchResult``.
+
+Flags are named as in ``vllm bench serve`` where they mean the same. Output directory:
+- ``results.jsonl``: one ``RequestRecord`` per finished request, appended and flushed as it ends;
+- ``run.json``: the config (``api_key`` never written), server identity, dialect, and per session
+  the ``/metrics`` snapshots before/after, their diff and device-memory samples;
+- ``summary.json``: ``vllm bench serve``-compatible keys at the top level plus ``specgauge``
+  (per-token ITL, distributions, failures by class, acceptance per request / segment / counters).
+``resume`` continues a broken run: ids already in ``results.jsonl`` are not sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from specgauge import __version__
+from specgauge.errors import UserError
+from specgauge.loadgen import arrivals as A
+from specgauge.loadgen.dialects import DIALECT_NAMES, Dialect, detect, get_dialect
+from specgauge.loadgen.memory import MemorySampler
+from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
+from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+from specgauge.records import RequestRecord, ResultsFile, RunRecord, SpecCounts
+from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
+from specgauge.stats.distributions import finite_or_none, pct_label
+from specgauge.stats.latency import LatencyMetrics, latency_metrics, parse_goodput
+from specgauge.workload.schema import Request
+
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+class BenchError(UserError):
+    """A bench problem the user can fix: bad flag, unreachable server, existing results."""
+
+
+class BenchConfig(BaseModel):
+    """Settings of one benchmark run (names as ``vllm bench serve`` where they mean the same)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    base_url: str
+    workload: list[Path] = Field(min_length=1)
+    output_dir: Path
+    endpoint: str | None = None  #: None: /v1/chat/completions or /v1/completions by request kind
+    model: str | None = None  #: None: the first model of the server's /v1/models
+    max_concurrency: int | None = Field(default=None, ge=1)
+    request_rate: float = Field(default=math.inf, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: float | None = Field(default=None, ge=0)
+    ramp_up_end_rps: float | None = Field(default=None, gt=0)
+    self_timed: bool = False  #: replay the workload's own arrival_time values
+    trace_speed: float = Field(default=1.0, gt=0)
+    num_prompts: int | None = Field(default=None, ge=1)  #: None: every request once; more cycles
+    seed: int = 0
+    goodput: list[str] | None = None  #: ["ttft:MS", "tpot:MS", "e2el:MS"]
+    percentile_metrics: str = "ttft,tpot,itl"
+    metric_percentiles: str = "99"
+    resume: bool = False
+    timeout: float = Field(default=600.0, gt=0)
+    warmup: int = Field(default=0, ge=0)  #: vLLM's --num-warmups: sent first, never recorded
+    api_key: SecretStr | None = None
+    dialect: str = "auto"
+    segment_by: str | None = None
+    progress: bool = True
+    memory_interval: float = Field(default=1.0, gt=0)
+    fsync: bool = False
+
+    @field_validator("dialect")
+    @classmethod
+    def _dialect(cls, v: str) -> str:
+        if v not in DIALECT_NAMES:
+            raise ValueError(f"choose one of {', '.join(DIALECT_NAMES)}")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"{v!r} is not an http(s) URL")
+        return v.rstrip("/")
+
+    def percentiles(self) -> list[float]:
+        try:
+            ps = [float(p) for p in self.metric_percentiles.split(",") if p.strip()]
+        except ValueError:
+            raise BenchError(f"--metric-percentiles {self.metric_percentiles!r}: comma-separated numbers, e.g. 50,90,99") from None
+        if any(not 0 <= p <= 100 for p in ps):
+            raise BenchError(f"--metric-percentiles {self.metric_percentiles!r}: each must be within 0..100")
+        return ps
+
+    def selected_metrics(self) -> list[str]:
+        ms = [m.strip() for m in self.percentile_metrics.split(",") if m.strip()]
+        bad = [m for m in ms if m not in PERCENTILE_METRICS]
+        if bad:
+            raise BenchError(f"--percentile-metrics: {', '.join(bad)} unknown; choose from {', '.join(PERCENTILE_METRICS)}")
+        return ms
+
+    def public(self) -> dict[str, Any]:
+        """The config as stored beside the results: secrets left out."""
+        d = self.model_dump(mode="json", exclude={"api_key"})
+        d["api_key_set"] = self.api_key is not None
+        return d
+
+
+@dataclass
+class BenchResult:
+    summary: dict[str, Any]
+    output_dir: Path
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every request succeeded, 1 when any failed (the run itself completed)."""
+        return 1 if self.summary.get("failed", 0) else 0
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+def plan_requests(items: Sequence[Request], num_prompts: int | None) -> list[Request]:
+    """The first ``num_prompts`` requests, cycling (ids suffixed ``~rN``) when more are asked."""
+    if not items:
+        raise BenchError("the workload has no requests")
+    n = num_prompts or len(items)
+    out: list[Request] = []
+    for i in range(n):
+        r, base = divmod(i, len(items))
+        req = items[base]
+        out.append(req if r == 0 else req.model_copy(update={"id": f"{req.id}~r{r}"}))
+    return out
+
+
+def arrival_process(cfg: BenchConfig, reqs: Sequence[Request]) -> A.Arrivals:
+    try:
+        if cfg.self_timed:
+            ts = [r.arrival_time for r in reqs]
+            if any(t is None for t in ts):
+                raise BenchError("--self-timed needs an arrival_time on every workload request")
+            return A.Trace([float(t) for t in ts if t is not None], cfg.trace_speed)
+        return A.from_flags(cfg.request_rate, cfg.burstiness, cfg.ramp_up_strategy, cfg.ramp_up_start_rps, cfg.ramp_up_end_rps)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+
+
+# ---------------------------------------------------------------------------- server I/O
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                return None
+            return await r.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def scrape(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str]) -> tuple[Snapshot | None, str | None]:
+    try:
+        async with session.get(base_url + "/metrics", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                return None, f"/metrics answered HTTP {r.status}"
+            text = await r.text()
+        return Snapshot.parse(text, time.time()), None
+    except MetricsParseError as e:
+        return None, str(e)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        return None, f"/metrics unreachable: {type(e).__name__}"
+
+
+async def server_identity(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], dialect: Dialect) -> dict[str, Any]:
+    out: dict[str, Any] = {"base_url": base_url}
+    for p in dialect.identity_paths():
+        v = await _get_json(session, base_url + p, headers)
+        if v is not None:
+            out[p] = v
+    return out
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+class _Progress:
+    """A rich progress bar with live output throughput and acceptance."""
+
+    def __init__(self, total: int, done: int, enabled: bool, console: Any) -> None:
+        self.enabled = enabled
+        self.tokens = 0
+        self.acc = 0
+        self.drafted = 0
+        self.t0 = time.perf_counter()
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.p = Progress(
+            TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[live]}"), console=console, transient=False,
+        )
+        self.task = self.p.add_task("bench", total=total, completed=done, live="")
+        self.p.start()
+
+    def update(self, rec: RequestRecord) -> None:
+        if rec.ok:
+            self.tokens += rec.output_tokens or 0
+            if rec.spec is not None and rec.spec.draft_tokens:
+                self.acc += rec.spec.accepted_tokens or 0
+                self.drafted += rec.spec.draft_tokens
+        if not self.enabled:
+            return
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        live = f"{self.tokens / dt:,.1f} tok/s"
+        if self.drafted:
+            live += f"  acceptance {100 * self.acc / self.drafted:.1f}%"
+        self.p.update(self.task, advance=1, live=live)
+
+    def stop(self) -> None:
+        if self.enabled:
+            self.p.stop()
+
+
+async def _session_run(
+    cfg: BenchConfig, reqs: list[Request], todo: list[tuple[int, Request]], results: ResultsFile,
+    run: RunRecord, on_record: Callable[[RequestRecord], None],
+) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {cfg.api_key.get_secret_value()}"} if cfg.api_key else {}
+    sess_info: dict[str, Any] = {"started_at": time.time(), "requests": len(todo)}
+    async with new_session(cfg.max_concurrency) as session:
+        models = await _get_json(session, cfg.base_url + "/v1/models", headers)
+        model = cfg.model
+        if model is None:
+            try:
+                model = models["data"][0]["id"]
+            except (TypeError, KeyError, IndexError):
+                raise BenchError(f"{cfg.base_url}/v1/models gave no model; pass --model (is the server up?)") from None
+        snap0, why = await scrape(session, cfg.base_url, headers)
+        dialect = get_dialect(cfg.dialect) if cfg.dialect != "auto" else detect(snap0, models if isinstance(models, dict) else None)
+        run.dialect = dialect.name
+        run.server = await server_identity(session, cfg.base_url, headers, dialect)
+        run.server["model"] = model
+        settings = RunnerSettings(cfg.base_url, model, cfg.endpoint, cfg.max_concurrency, cfg.timeout,
+                                  cfg.api_key.get_secret_value() if cfg.api_key else None)
+        if cfg.warmup:
+            warm = Runner(settings, dialect, session)
+            wrecs = await warm.run([(i, reqs[i % len(reqs)].model_copy(update={"id": f"warmup-{i}"}), 0.0) for i in range(cfg.warmup)])
+            bad = [r for r in wrecs if not r.ok]
+            if bad:
+                run.warnings.append(f"{len(bad)} of {cfg.warmup} warm-up requests failed: {bad[0].error}")
+        before, why = await scrape(session, cfg.base_url, headers)
+        if why:
+            run.warnings.append(f"no counter snapshot: {why}")
+        mem = MemorySampler(cfg.memory_interval)
+        mem.start()
+        times = arrival_process(cfg, [r for _, r in todo]).times(len(todo), cfg.seed)
+        runner = Runner(settings, dialect, session, on_record)
+        t0 = time.perf_counter()
+        try:
+            recs = await runner.run([(i, r, t) for (i, r), t in zip(todo, times)])
+        finally:
+            sess_info["duration_s"] = time.perf_counter() - t0
+            await mem.stop()
+            sess_info["memory"] = mem.summary()
+        after, why2 = await scrape(session, cfg.base_url, headers)
+    sess_info["counters_before"] = before.to_json() if before else None
+    sess_info["counters_after"] = after.to_json() if after else None
+    if before is not None and after is not None:
+        d = diff(before, after)
+        sess_info["counter_diff"] = d.to_json()
+        if d.resets:
+            run.warnings.append(f"counters went down during the run (server restart?): {', '.join(d.resets[:3])}")
+        cs = dialect.counter_spec(d, model)
+        sess_info["counter_spec"] = cs.model_dump() if cs else None
+        sess_info["spec_gauges"] = dialect.spec_gauges(after)
+        sess_info["kv_cache"] = dialect.memory(after)
+        traffic = dialect.traffic(d)
+        ok = [r for r in recs if r.ok]
+        ours_req, ours_tok = len(ok), sum(r.output_tokens or 0 for r in ok)
+        failed = len(recs) - len(ok)
+        if traffic["requests"] is not None and traffic["requests"] > len(recs):
+            run.warnings.append(
+                f"other traffic moved the counters: the server finished {traffic['requests']:.0f} requests during the run, "
+                f"specgauge sent {len(recs)}; counter-based figures include it"
+            )
+        elif traffic["generation_tokens"] is not None and traffic["generation_tokens"] > ours_tok and not failed:
+            run.warnings.append(
+                f"other traffic moved the counters: the server generated {traffic['generation_tokens']:.0f} tokens, "
+                f"specgauge received {ours_tok} in {ours_req} requests"
+            )
+    elif why2:
+        run.warnings.append(f"no counter snapshot after the run: {why2}")
+    return sess_info
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str, allow_nan=False))
+    tmp.replace(path)
+
+
+def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
+    """Runs (or resumes) one benchmark; writes results.jsonl, run.json, summary.json."""
+    from specgauge.workload.loaders import LoadOptions, load_workload
+
+    percentiles, selected = cfg.percentiles(), cfg.selected_metrics()
+    try:
+        goodput = parse_goodput(cfg.goodput)
+    except ValueError as e:
+        raise BenchError(f"--goodput: {e}") from None
+    items = load_workload(cfg.workload, LoadOptions(segment_by=cfg.segment_by))
+    reqs = plan_requests([it.request for it in items], cfg.num_prompts)
+    if cfg.endpoint is not None:
+        want = "chat" if "chat" in cfg.endpoint else "completion"
+        wrong = [r.id for r in reqs if r.api.value != want]
+        if wrong:
+            raise BenchError(f"--endpoint {cfg.endpoint} takes {want} requests; {wrong[0]} (and {len(wrong) - 1} more) is not")
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = ResultsFile(out / "results.jsonl", fsync=cfg.fsync)
+    run_path = out / "run.json"
+    existing = results.existing()
+    if existing and not cfg.resume:
+        raise BenchError(f"{results.path} already holds {len(existing)} results; pass --resume to continue it, or another --output-dir")
+    run = RunRecord(specgauge_version=__version__, started_at=time.time(), config=cfg.public(), dialect=cfg.dialect)
+    sessions: list[dict[str, Any]] = []
+    if cfg.resume and run_path.exists():
+        prev = json.loads(run_path.read_text())
+        sessions = prev.get("sessions", [])
+        run.started_at = prev.get("started_at", run.started_at)
+        for k in ("base_url", "model", "workload", "num_prompts", "seed"):
+            if prev.get("config", {}).get(k) != run.config.get(k):
+                run.warnings.append(f"resumed with a different {k}: {prev.get('config', {}).get(k)!r} -> {run.config.get(k)!r}")
+    done_ids = {r.id for r in existing}
+    run.resumed_from = len(done_ids)
+    todo = [(i, r) for i, r in enumerate(reqs) if r.id not in done_ids]
+    progress = _Progress(len(reqs), len(done_ids), cfg.progress, console)
+
+    def on_record(rec: RequestRecord) -> None:
+        results.append(rec)
+        progress.update(rec)
+
+    results.open()
+    sess: dict[str, Any] = {}
+    try:
+        if todo:
+            sess = asyncio.run(_session_run(cfg, reqs, todo, results, run, on_record))
+    except KeyboardInterrupt:
+        run.warnings.append("interrupted: finished requests are saved; rerun with --resume to continue")
+        sess = {"interrupted": True}
+        raise BenchError(f"interrupted; {results.path} keeps every finished request — rerun with --resume") from None
+    except (aiohttp.ClientError, OSError) as e:
+        raise BenchError(f"cannot reach {cfg.base_url}: {e}") from None
+    finally:
+        results.close()
+        progress.stop()
+        if sess:
+            sessions.append(sess)
+        data = run.model_dump(mode="json")
+        data["sessions"] = sessions
+        _write_json(run_path, data)
+    records = results.existing()
+    summary = summarize(records, sessions, run, cfg, percentiles, selected, goodput)
+    _write_json(out / "summary.json", summary)
+    return BenchResult(summary, out)
+
+
+# ---------------------------------------------------------------------------- summary
+
+
+def _counter_total(sessions: Sequence[dict[str, Any]]) -> SpecCounts | None:
+    specs = [SpecCounts.model_validate(s["counter_spec"]) for s in sessions if s.get("counter_spec")]
+    if len(specs) != len([s for s in sessions if "counter_spec" in s]) or not specs:
+        return None
+    return SpecCounts.total(specs)
+
+
+def _segments(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    out: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        out.setdefault(r.segment, []).append(r)
+    return out
+
+
+def summarize(
+    records: Sequence[RequestRecord], sessions: Sequence[dict[str, Any]], run: RunRecord, cfg: BenchConfig,
+    percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float],
+) -> dict[str, Any]:
+    dur = sum(float(s.get("duration_s", 0.0)) for s in sessions) or 0.0
+    pcts = sorted(set(percentiles) | {50.0, 90.0, 95.0, 99.0})
+    m = latency_metrics(records, dur, pcts, goodput or None)
+    s: dict[str, Any] = _vllm_keys(m, cfg, percentiles, selected, goodput)
+    per_req_acc = acceptance_summary(records, pcts)
+    counters = _counter_total(sessions)
+    per_req_total = SpecCounts.total([r.spec for r in records if r.ok and r.spec is not None])
+    spec_src = counters or per_req_total
+    if spec_src is not None and spec_src.draft_tokens:
+        s["spec_decode_acceptance_rate"] = finite_or_none(spec_src.acceptance_rate * 100)
+        s["spec_decode_acceptance_length"] = finite_or_none(spec_src.mean_acceptance_length)
+        s["spec_decode_num_drafts"] = spec_src.drafts
+        s["spec_decode_draft_tokens"] = spec_src.draft_tokens
+        s["spec_decode_accepted_tokens"] = spec_src.accepted_tokens
+        s["spec_decode_per_position_acceptance_rates"] = spec_src.per_position_rate
+    gauges = {k: v for sess in sessions for k, v in (sess.get("spec_gauges") or {}).items()}
+    s["specgauge"] = {
+        "version": __version__,
+        "dialect": run.dialect,
+        "server": run.server,
+        "sessions": len(sessions),
+        "resumed_from": run.resumed_from,
+        "warnings": run.warnings,
+        "latency": m.to_json(),
+        "acceptance": {
+            "counters": counts_json(counters, "no speculative counters in /metrics (speculation off, or not exposed)"),
+            **per_req_acc,
+            "agreement": agreement(per_req_total, counters),
+            "server_gauges": gauges,
+        },
+        "segments": {
+            seg: {
+                "latency": latency_metrics(rs, dur, pcts, goodput or None).to_json(),
+                "acceptance": acceptance_summary(rs, pcts),
+            }
+            for seg, rs in sorted(_segments(records).items())
+        },
+        "memory": {
+            "device": sessions[-1].get("memory") if sessions else None,
+            "kv_cache": sessions[-1].get("kv_cache") if sessions else None,
+        },
+    }
+    return s
+
+
+def _vllm_keys(m: LatencyMetrics, cfg: BenchConfig, percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float]) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "duration": m.duration_s,
+        "completed": m.completed,
+        "failed": m.failed,
+        "total_input_tokens": m.total_input_tokens,
+        "total_output_tokens": m.total_output_tokens,
+        "request_throughput": finite_or_none(m.request_throughput),
+        "request_goodput": finite_or_none(m.request_goodput) if goodput and m.request_goodput is not None else None,
+        "output_throughput": finite_or_none(m.output_throughput),
+        "total_token_throughput": finite_or_none(m.total_token_throughput),
+        "max_concurrent_requests": m.max_concurrent_requests,
+        "max_concurrency": cfg.max_concurrency,
+        "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
+        "burstiness": cfg.burstiness,
+    }
+    dists = m.dists()
+    for name in selected:
+        d = dists[name]
+        s[f"mean_{name}_ms"] = finite_or_none(d.mean * 1000)
+        s[f"median_{name}_ms"] = finite_or_none(d.median * 1000)
+        s[f"std_{name}_ms"] = finite_or_none(d.std * 1000)
+        for p in percentiles:
+            s[f"p{pct_label(p)}_{name}_ms"] = finite_or_none(d.pct(p) * 1000)
+    return s
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """A console summary in ``vllm bench serve``'s layout (plus failures and acceptance checks)."""
+    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
+
+    def row(label: str, v: Any, fmt: str = "") -> None:
+        if v is None:
+            lines.append(f"{label:<40} n/a")
+        else:
+            lines.append(f"{label:<40} {format(v, fmt) if fmt else v}")
+
+    g = s["specgauge"]
+    row("Successful requests:", s["completed"])
+    row("Failed requests:", s["failed"])
+    for k, n in sorted(g["latency"]["failures"].items()):
+        row(f"  {k}:", n)
+    if s.get("max_concurrency"):
+        row("Maximum request concurrency:", s["max_concurrency"])
+    if s.get("request_rate") != "inf":
+        row("Request rate configured (RPS):", s["request_rate"], ".2f")
+    row("Benchmark duration (s):", s["duration"], ".2f")
+    row("Total input tokens:", s["total_input_tokens"])
+    row("Total generated tokens:", s["total_output_tokens"])
+    row("Request throughput (req/s):", s["request_throughput"], ".2f")
+    if s.get("request_goodput") is not None:
+        row("Request goodput (req/s):", s["request_goodput"], ".2f")
+    row("Output token throughput (tok/s):", s["output_throughput"], ".2f")
+    row("Peak concurrent requests:", s["max_concurrent_requests"])
+    row("Total token throughput (tok/s):", s["total_token_throughput"], ".2f")
+    heads = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+             "itl": ("ITL", "Inter-token Latency (per token)"), "e2el": ("E2EL", "End-to-end Latency")}
+    for name, (short, head) in heads.items():
+        if f"mean_{name}_ms" not in s:
+            continue
+        lines.append("{s:{c}^{n}}".format(s=head, n=50, c="-"))
+        for k, v in s.items():
+            if k.endswith(f"_{name}_ms") and not k.startswith("std_"):
+                stat = k[: -len(f"_{name}_ms")]
+                label = stat.capitalize() if stat in ("mean", "median") else stat.upper()
+                row(f"{label} {short} (ms):", v, ".2f")
+        reason = g["latency"].get("reasons", {}).get(name)
+        if reason:
+            lines.append(f"  (n/a: {reason})")
+    acc = g["acceptance"]
+    if "spec_decode_acceptance_rate" in s:
+        lines.append("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        row("Acceptance rate (%):", s["spec_decode_acceptance_rate"], ".2f")
+        row("Acceptance length:", s["spec_decode_acceptance_length"], ".2f")
+        row("Drafts:", s["spec_decode_num_drafts"])
+        row("Draft tokens:", s["spec_decode_draft_tokens"])
+        row("Accepted tokens:", s["spec_decode_accepted_tokens"])
+        per = s.get("spec_decode_per_position_acceptance_rates") or []
+        if per:
+            lines.append("Per-position acceptance (%):")
+            for i, r in enumerate(per):
+                row(f"  Position {i}:", r * 100, ".2f")
+        src = acc["counters"].get("source") if acc["counters"].get("available") else acc["per_request_total"].get("source")
+        row("Source:", src)
+        ag = acc.get("agreement", {})
+        if ag.get("compared"):
+            row("Per-request sums equal counters:", "yes" if ag["equal"] else "NO")
+    for w in g.get("warnings", []):
+        lines.append(f"warning: {w}")
+    lines.append("=" * 50)
+    return "\n".join(lines)

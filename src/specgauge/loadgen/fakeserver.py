@@ -1,0 +1,228 @@
+"""A scripted OpenAI-style streaming server on loopback, for fault tests and client benchmarks.
+
+Raw asyncio sockets (no framework) so it can misbehave exactly: drop a connection mid-chunk, end
+a body without ``[DONE]``, stall, send bytes that are not SSE or not JSON, never end. Each request
+picks its behaviour from a directive in its prompt (last message for chat), e.g.
+``"fault:http429"`` or ``"tokens:12 per:3 delay_ms:1"``. A well-behaved stream looks like vLLM's
+with ``continuous_usage_stats`` and ``--per-request-spec-decode-metrics``: every chunk of n tokens
+is one speculative step of k=``K`` drafted tokens with n-1 accepted, and ``/metrics`` exposes
+``vllm:spec_decode_*`` counters that add up exactly those per-request numbers.
+
+Runs in a thread with its own event loop: ``with FakeServer() as srv: srv.base_url``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from typing import Any
+
+K = 4
+FAULTS = ("http429", "http500", "drop", "cut", "stall", "malformed", "badjson", "endless", "error", "nousage")
+
+
+def parse_directive(text: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+):(\w+)", text))
+
+
+class FakeServer:
+    def __init__(self, usage_per_chunk: bool = True, spec: bool = True) -> None:
+        self.usage_per_chunk = usage_per_chunk
+        self.spec = spec
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "success": 0, "gen": 0}
+        self.per_pos = [0] * K
+        self.requests = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.port = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self) -> FakeServer:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake server did not start")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        self._server = loop.run_until_complete(asyncio.start_server(self._conn, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            for t in asyncio.all_tasks(loop):
+                t.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    async def _conn(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await r.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                hdrs = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await r.readexactly(int(hdrs.get("content-length", "0") or 0))
+                keep = await self._handle(method, path, body, w)
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            try:
+                w.close()
+            except RuntimeError:
+                pass
+
+    async def _plain(self, w: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> bool:
+        reason = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "X")
+        w.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        await w.drain()
+        return True
+
+    def metrics_text(self) -> str:
+        c = self.counters
+        lb = 'engine="0",model_name="fake"'
+        out = [
+            "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lb},finished_reason="length"}} {c["success"]}',
+            "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lb}}} {c['gen']}",
+            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lb}}} 0.0",
+        ]
+        if self.spec:
+            out += [
+                "# TYPE vllm:spec_decode_num_drafts counter", f"vllm:spec_decode_num_drafts_total{{{lb}}} {c['drafts']}",
+                "# TYPE vllm:spec_decode_num_draft_tokens counter", f"vllm:spec_decode_num_draft_tokens_total{{{lb}}} {c['draft_tokens']}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens counter", f"vllm:spec_decode_num_accepted_tokens_total{{{lb}}} {c['accepted']}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+            ] + [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lb},position="{i}"}} {v}' for i, v in enumerate(self.per_pos)]
+        return "\n".join(out) + "\n"
+
+    async def _handle(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> bool:
+        if path == "/metrics":
+            return await self._plain(w, 200, self.metrics_text().encode(), "text/plain; version=0.0.4")
+        if path == "/v1/models":
+            return await self._plain(w, 200, json.dumps({"data": [{"id": "fake", "owned_by": "fake", "root": "fake"}]}).encode())
+        if path == "/version":
+            return await self._plain(w, 200, b'{"version":"fake-1"}')
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            return await self._plain(w, 404, b'{"error":{"message":"no such path"}}')
+        self.requests += 1
+        req = json.loads(body or b"{}")
+        chat = path.endswith("chat/completions")
+        prompt = req["messages"][-1]["content"] if chat else str(req.get("prompt", ""))
+        d = parse_directive(prompt if isinstance(prompt, str) else "")
+        return await self._stream(w, d, chat)
+
+    # -- streaming ----------------------------------------------------------------------------
+    async def _stream(self, w: asyncio.StreamWriter, d: dict[str, str], chat: bool) -> bool:
+        fault = d.get("fault", "")
+        if fault == "http429":
+            return await self._plain(w, 429, b'{"error":{"message":"rate limited"}}')
+        if fault == "http500":
+            return await self._plain(w, 500, b"Internal Server Error")
+        tokens, per = int(d.get("tokens", 8)), max(1, int(d.get("per", 1)))
+        delay = float(d.get("delay_ms", 0)) / 1000.0
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+        async def ev(data: str | bytes, raw: bool = False) -> None:
+            b = data if isinstance(data, bytes) else data.encode()
+            if not raw:
+                b = b"data: " + b + b"\n\n"
+            w.write(f"{len(b):x}\r\n".encode() + b + b"\r\n")
+            await w.drain()
+
+        def piece(n: int, done_so_far: int) -> str:
+            text = "".join(f"t{done_so_far + i} " for i in range(n))
+            c: dict[str, Any] = {"index": 0, "finish_reason": None}
+            if chat:
+                c["delta"] = {"content": text}
+            else:
+                c["text"] = text
+            o: dict[str, Any] = {"id": "x", "choices": [c]}
+            if self.usage_per_chunk:
+                o["usage"] = {"prompt_tokens": 5, "completion_tokens": done_so_far + n, "total_tokens": 5 + done_so_far + n}
+            return json.dumps(o)
+
+        if fault == "malformed":
+            await ev(b"this is not an event stream\n\n", raw=True)
+            return await self._end(w, False)
+        if fault == "badjson":
+            await ev("{not json")
+            return await self._end(w, True)
+        if fault == "error":
+            await ev(json.dumps({"error": {"message": "model exploded", "code": 500}}))
+            await ev("[DONE]")
+            return await self._end(w, True)
+        sent = 0
+        steps: list[int] = []
+        first = True
+        while sent < tokens or fault == "endless":
+            n = 1 if first else min(per, tokens - sent) if fault != "endless" else per
+            first = False
+            if delay:
+                await asyncio.sleep(delay)
+            await ev(piece(n, sent))
+            sent += n
+            steps.append(n)
+            if fault == "drop" and sent >= tokens // 2:
+                w.transport.abort()  # mid-chunked-body: the client sees an incomplete payload
+                return False
+            if fault == "stall" and sent >= tokens // 2:
+                await asyncio.sleep(3600)
+            if fault == "endless":
+                await asyncio.sleep(0.005)
+        if fault == "cut":
+            return await self._end(w, True)
+        # speculative bookkeeping: the first token comes from prefill; each later chunk is one step
+        spec_steps = steps[1:]
+        hist = [0] * (K + 1)
+        for n in spec_steps:
+            hist[n - 1] += 1
+        sd = {
+            "num_spec_steps": len(spec_steps), "num_draft_tokens": K * len(spec_steps),
+            "num_accepted_draft_tokens": sum(n - 1 for n in spec_steps), "acceptance_histogram": hist, "num_spec_tokens": K,
+        }
+        final: dict[str, Any] = {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": sent, "total_tokens": 5 + sent}}
+        if self.spec:
+            final["metrics"] = {"speculative_decoding": sd}
+        if fault != "nousage":
+            await ev(json.dumps(final))
+        await ev("[DONE]")
+        self.counters["success"] += 1
+        self.counters["gen"] += sent
+        if self.spec:
+            self.counters["drafts"] += sd["num_spec_steps"]
+            self.counters["draft_tokens"] += sd["num_draft_tokens"]
+            self.counters["accepted"] += sd["num_accepted_draft_tokens"]
+            for n in spec_steps:
+                for i in range(n - 1):
+                    self.per_pos[i] += 1
+        return await self._end(w, True)
+
+    async def _end(self, w: asyncio.StreamWriter, keep: bool) -> bool:
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+        return keep

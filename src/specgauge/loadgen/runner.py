@@ -1,0 +1,335 @@
+"""The async load generator: sends requests on schedule, timestamps every streamed chunk.
+
+One aiohttp session, one SSE parser (``sse.py``), one code path for chat and completions; what
+differs by server lives in a ``Dialect``. A request is sent at its scheduled time (arrival process)
+once a concurrency slot is free; both times are recorded. Every stream event that carries output is
+stamped with the arrival time of the read that completed it and with its token count (from
+per-chunk usage/timings where the server gives them, otherwise derived from the final ``usage``
+and labelled). Each finished request is handed to ``on_record`` at once, so the caller can append
+it to disk before the next one finishes. Failures are classified (``FailureKind``), never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from specgauge.loadgen.dialects import Dialect
+from specgauge.loadgen.sse import MalformedSSE, SSEParser
+from specgauge.records import Chunk, FailureKind, RequestRecord, SpecCounts, TokenCountSource
+from specgauge.workload.schema import ApiKind, Request
+
+ENDPOINTS = {ApiKind.chat: "/v1/chat/completions", ApiKind.completion: "/v1/completions"}
+_FINAL_KEYS = ("usage", "metrics", "timings", "meta_info")
+
+
+@dataclass
+class RunnerSettings:
+    base_url: str
+    model: str | None = None
+    endpoint: str | None = None  #: None: by request kind (chat / completions)
+    max_concurrency: int | None = None
+    timeout: float = 600.0  #: seconds for one whole request
+    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def url_for(self, req: Request) -> str:
+        return self.base_url.rstrip("/") + (self.endpoint or ENDPOINTS[req.api])
+
+    def request_headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json", **self.headers}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+
+def _merge_body(body: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
+    for k, v in extras.items():
+        if k == "stream_options" and isinstance(body.get(k), dict):
+            body[k] = {**body[k], **v}
+        elif k not in body:
+            body[k] = v
+    return body
+
+
+def build_body(req: Request, settings: RunnerSettings, dialect: Dialect) -> dict[str, Any]:
+    return _merge_body(req.body(model=settings.model, stream=True), dialect.body_extras())
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What one response has shown so far."""
+
+    times: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  #: -1 where the chunk's count is not known yet
+    text: list[str] = field(default_factory=list)
+    prev_cum: int = 0
+    counted_by: TokenCountSource | None = None
+    final: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    done: bool = False
+
+
+def _output_of(obj: dict[str, Any], st: _Stream) -> bool:
+    """Appends this event's text; True when it carried output (text, reasoning or tool calls)."""
+    has = False
+    for c in obj.get("choices") or ():
+        if not isinstance(c, dict):
+            continue
+        d = c.get("delta")
+        if isinstance(d, dict):
+            piece = d.get("content")
+            if piece:
+                st.text.append(piece)
+                has = True
+            if d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls"):
+                has = True
+        else:
+            piece = c.get("text")
+            if piece:
+                st.text.append(piece)
+                has = True
+        fr = c.get("finish_reason")
+        if fr:
+            st.finish_reason = fr
+    return has
+
+
+class RequestFailed(Exception):
+    def __init__(self, kind: FailureKind, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.status = kind, message, status
+
+
+def _assign_counts(st: _Stream, completion_tokens: int | None) -> TokenCountSource:
+    """Fill unknown per-chunk counts. Exact when per-chunk usage summed to the total or chunks == tokens."""
+    if completion_tokens is None:
+        return st.counted_by or TokenCountSource.none
+    known = all(c >= 0 for c in st.counts)
+    if known and st.counted_by is not None and sum(st.counts) == completion_tokens:
+        return st.counted_by
+    n = len(st.counts)
+    if n == 0:
+        return TokenCountSource.none
+    if n == completion_tokens:
+        st.counts[:] = [1] * n
+        return TokenCountSource.one_per_chunk
+    base, rem = divmod(completion_tokens, n)  # largest remainder, extra tokens to the earliest chunks
+    st.counts[:] = [base + (1 if i < rem else 0) for i in range(n)]
+    return TokenCountSource.spread
+
+
+async def _read_error_body(resp: aiohttp.ClientResponse) -> str:
+    try:
+        raw = await asyncio.wait_for(resp.content.read(2048), timeout=2.0)
+    except (asyncio.TimeoutError, aiohttp.ClientError):
+        return ""
+    text = raw.decode("utf-8", errors="replace").strip()
+    try:
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj)
+            msg = err.get("message") if isinstance(err, dict) else err
+            return str(msg or obj.get("detail") or text)[:300]
+    except ValueError:
+        pass
+    return text[:300]
+
+
+def _error_message(obj: dict[str, Any]) -> str:
+    err = obj.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err)[:300]
+    return str(err)[:300]
+
+
+class Runner:
+    """Sends planned requests and reports a ``RequestRecord`` for each as it finishes."""
+
+    def __init__(
+        self,
+        settings: RunnerSettings,
+        dialect: Dialect,
+        session: aiohttp.ClientSession,
+        on_record: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
+        self.s = settings
+        self.dialect = dialect
+        self.session = session
+        self.on_record = on_record
+        self._sem = asyncio.Semaphore(settings.max_concurrency) if settings.max_concurrency else None
+        self.t0_perf = time.perf_counter()
+        self.t0_wall = time.time()
+
+    # -- one request ---------------------------------------------------------------------------
+    async def _stream(self, req: Request, st: _Stream, sent: float) -> tuple[int, dict[str, Any] | None]:
+        body = build_body(req, self.s, self.dialect)
+        async with self.session.post(self.s.url_for(req), json=body, headers=self.s.request_headers()) as resp:
+            if resp.status >= 400 or resp.status < 200:
+                raise RequestFailed(FailureKind.http_status, f"HTTP {resp.status}: {await _read_error_body(resp)}", resp.status)
+            ctype = resp.headers.get("Content-Type", "")
+            if "text/event-stream" not in ctype:
+                raw = await resp.read()
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    raise RequestFailed(
+                        FailureKind.invalid_json if "json" in ctype else FailureKind.malformed_sse,
+                        f"expected an event stream, got {ctype or 'no Content-Type'}: {raw[:80]!r}",
+                        resp.status,
+                    ) from None
+                if isinstance(obj, dict) and "error" in obj:
+                    raise RequestFailed(FailureKind.error_payload, _error_message(obj), resp.status)
+                raise RequestFailed(FailureKind.malformed_sse, f"expected an event stream, got {ctype!r}", resp.status)
+            parser = SSEParser()
+            dialect = self.dialect
+            perf = time.perf_counter
+            async for data in resp.content.iter_any():
+                t = perf() - sent
+                for ev in parser.feed(data):
+                    if st.done:
+                        continue
+                    payload = ev.data
+                    if payload == "[DONE]":
+                        st.done = True
+                        continue
+                    try:
+                        obj = json.loads(payload)
+                    except ValueError:
+                        raise RequestFailed(FailureKind.invalid_json, f"SSE data is not JSON: {payload[:80]!r}", resp.status) from None
+                    if not isinstance(obj, dict):
+                        raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", resp.status)
+                    if "error" in obj and not obj.get("choices"):
+                        raise RequestFailed(FailureKind.error_payload, _error_message(obj), resp.status)
+                    has_out = _output_of(obj, st)
+                    cum = dialect.cumulative_tokens(obj)
+                    n = -1
+                    if cum is not None:
+                        n = cum - st.prev_cum
+                        st.prev_cum = cum
+                        if st.counted_by is None:
+                            st.counted_by = TokenCountSource.timings if "timings" in obj and "usage" not in obj else TokenCountSource.usage
+                    if has_out or n > 0:
+                        st.times.append(t)
+                        st.counts.append(n)
+                    for k in _FINAL_KEYS:
+                        if k in obj and obj[k] is not None:
+                            st.final[k] = obj[k]
+                    if obj.get("choices") and any(isinstance(c, dict) and "meta_info" in c for c in obj["choices"]):
+                        st.final["choices"] = obj["choices"]
+            left = parser.close()
+            if not st.done:
+                why = "a partial event" if left else "no [DONE]"
+                raise RequestFailed(FailureKind.stream_cut_short, f"stream ended with {why}", resp.status)
+            if not isinstance(st.final.get("usage"), dict):
+                raise RequestFailed(FailureKind.stream_cut_short, "stream ended without the final usage", resp.status)
+            return resp.status, st.final
+
+    async def send(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
+        """Waits for a slot, sends, classifies. Never raises except on cancellation."""
+        if self._sem is not None:
+            await self._sem.acquire()
+        try:
+            return await self._send_now(req, index, scheduled_s)
+        finally:
+            if self._sem is not None:
+                self._sem.release()
+
+    async def _send_now(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
+        st = _Stream()
+        sent = time.perf_counter()
+        sent_s = sent - self.t0_perf
+        started_at = self.t0_wall + sent_s
+        failure: FailureKind | None = None
+        error: str | None = None
+        status: int | None = None
+        e2e: float | None = None
+        try:
+            async with asyncio.timeout(self.s.timeout):
+                status, _ = await self._stream(req, st, sent)
+            e2e = time.perf_counter() - sent
+        except RequestFailed as f:
+            failure, error, status = f.kind, f.message, f.status
+        except TimeoutError:
+            failure, error = FailureKind.timeout, f"no complete response within {self.s.timeout:g} s"
+        except MalformedSSE as e:
+            failure, error = FailureKind.malformed_sse, str(e)
+        except aiohttp.ClientConnectorError as e:
+            failure, error = FailureKind.connection_error, f"cannot connect: {e}"
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as e:
+            failure, error = FailureKind.connection_reset, f"connection closed mid-response: {type(e).__name__}: {e}"
+        except aiohttp.ClientResponseError as e:
+            failure, error, status = FailureKind.malformed_sse, f"bad HTTP response: {e.message}", e.status
+        except aiohttp.ClientError as e:
+            failure, error = FailureKind.connection_error, f"{type(e).__name__}: {e}"
+        elapsed = time.perf_counter() - sent
+        usage = st.final.get("usage") if isinstance(st.final.get("usage"), dict) else {}
+        out_tokens = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
+        source = _assign_counts(st, out_tokens) if failure is None else (st.counted_by or TokenCountSource.none)
+        chunks = [Chunk(t=t, n=max(n, 0)) for t, n in zip(st.times, st.counts)]
+        spec: SpecCounts | None = None
+        extra: dict[str, Any] = {}
+        if st.final:
+            spec = self.dialect.request_spec(st.final)
+            extra = self.dialect.request_extra(st.final)
+        rec = RequestRecord(
+            id=req.id,
+            segment=req.segment,
+            index=index,
+            scheduled_s=scheduled_s,
+            sent_s=sent_s,
+            started_at=started_at,
+            ok=failure is None,
+            failure=failure,
+            error=error,
+            http_status=status,
+            ttft_s=st.times[0] if st.times else None,
+            e2e_s=e2e,
+            elapsed_s=elapsed,
+            chunks=chunks,
+            token_counts=source,
+            prompt_tokens=usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
+            output_tokens=out_tokens,
+            finish_reason=st.finish_reason,
+            text="".join(st.text),
+            spec=spec,
+            extra=extra,
+        )
+        if self.on_record is not None:
+            self.on_record(rec)
+        return rec
+
+    # -- a planned run -------------------------------------------------------------------------
+    async def run(self, plan: Sequence[tuple[int, Request, float]]) -> list[RequestRecord]:
+        """Sends ``(index, request, scheduled offset)`` items on schedule; returns records in plan order.
+
+        ``t0`` is reset here, so scheduled offsets count from the call.
+        """
+        self.t0_perf = time.perf_counter()
+        self.t0_wall = time.time()
+        loop = asyncio.get_running_loop()
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        try:
+            for index, req, at in plan:
+                delay = self.t0_perf + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(loop.create_task(self.send(req, index, at)))
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def new_session(max_concurrency: int | None) -> aiohttp.ClientSession:
+    conn = aiohttp.TCPConnector(limit=max_concurrency or 0, limit_per_host=max_concurrency or 0, keepalive_timeout=60)
+    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None), trust_env=False)

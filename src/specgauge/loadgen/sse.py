@@ -1,0 +1,105 @@
+"""The one Server-Sent-Events parser every dialect shares.
+
+Incremental: ``feed(bytes)`` returns the events completed by those bytes, so the caller can stamp
+each event with the arrival time of the read that completed it. Follows the WHATWG event-stream
+rules (LF, CRLF or CR line ends; ``:`` comments; multi-line ``data``; one optional space after the
+colon), with one strictness the spec does not have: a non-empty line whose field is not one of
+``data``/``event``/``id``/``retry`` raises :class:`MalformedSSE`, because an OpenAI-compatible
+server never sends one and such bytes mean the body is not an event stream at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_FIELDS = frozenset(("data", "event", "id", "retry"))
+
+
+class MalformedSSE(ValueError):
+    """The bytes are not a Server-Sent-Events stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    data: str
+    event: str = "message"
+    id: str | None = None
+
+
+class SSEParser:
+    """Feed raw body bytes, get complete events back. ``close()`` flags an unterminated event."""
+
+    __slots__ = ("_buf", "_data", "_event", "_id", "_has_data", "_max_line")
+
+    def __init__(self, max_line: int = 16 * 1024 * 1024) -> None:
+        self._buf = b""
+        self._data: list[str] = []
+        self._event = ""
+        self._id: str | None = None
+        self._has_data = False
+        self._max_line = max_line
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        buf = self._buf + chunk if self._buf else chunk
+        events: list[SSEEvent] = []
+        start = 0
+        n = len(buf)
+        while start < n:
+            nl = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start, nl if nl >= 0 else n)
+            if cr >= 0:
+                end = cr
+                if cr + 1 < n:
+                    nxt = cr + 2 if buf[cr + 1] == 0x0A else cr + 1
+                elif cr + 1 == n:
+                    break  # a CR at the end may be the first half of CRLF: wait for more bytes
+                else:
+                    nxt = cr + 1
+            elif nl >= 0:
+                end, nxt = nl, nl + 1
+            else:
+                break
+            self._line(buf[start:end], events)
+            start = nxt
+        self._buf = buf[start:]
+        if len(self._buf) > self._max_line:
+            raise MalformedSSE(f"an SSE line longer than {self._max_line} bytes without a line end")
+        return events
+
+    def close(self) -> bool:
+        """End of body. True when a partial event (bytes or data lines) was left unterminated."""
+        left = bool(self._buf.strip()) or self._has_data
+        self._buf = b""
+        self._reset()
+        return left
+
+    def _reset(self) -> None:
+        self._data = []
+        self._event = ""
+        self._id = None
+        self._has_data = False
+
+    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+        if not raw:
+            if self._has_data:
+                events.append(SSEEvent("\n".join(self._data), self._event or "message", self._id))
+            self._reset()
+            return
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MalformedSSE(f"bytes that are not UTF-8 in the event stream: {raw[:60]!r}") from e
+        if line[0] == ":":
+            return  # comment / keep-alive
+        field, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if field not in _FIELDS:
+            raise MalformedSSE(f"not an SSE line: {line[:80]!r}")
+        if field == "data":
+            self._data.append(value)
+            self._has_data = True
+        elif field == "event":
+            self._event = value
+        elif field == "id":
+            self._id = value

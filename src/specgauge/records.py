@@ -1,0 +1,217 @@
+"""Shared record types: what the load generator measured, one line per request.
+
+Raw observations only (like guidellm's ``RequestTimings``): the scheduled and the actual send time,
+and for every streamed chunk its arrival time and how many output tokens it carried. TTFT, TPOT,
+per-token ITL and the rest are derived later (``specgauge.stats.latency``), so a record can be
+re-analysed without re-running the benchmark.
+
+Times inside a record are seconds; ``scheduled_s`` / ``sent_s`` are relative to the run start
+(``RunRecord.started_at``), chunk times are relative to the request's actual send time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FailureKind(str, Enum):
+    """Why a request did not finish cleanly. One class per request, the first that applied."""
+
+    http_status = "http_status"  #: non-2xx status (429, 500, …); ``RequestRecord.http_status`` has it
+    timeout = "timeout"  #: no complete response within the request timeout (stalls, endless bodies)
+    connection_reset = "connection_reset"  #: the server closed or reset the connection mid-response
+    connection_error = "connection_error"  #: could not connect at all
+    stream_cut_short = "stream_cut_short"  #: stream ended without ``[DONE]`` or without final usage
+    malformed_sse = "malformed_sse"  #: bytes that are not Server-Sent Events
+    invalid_json = "invalid_json"  #: an SSE data line (or a plain body) that is not JSON
+    error_payload = "error_payload"  #: the server sent ``{"error": …}`` instead of a completion
+
+
+class TokenCountSource(str, Enum):
+    """Where the per-chunk token counts came from; derived ITLs say how exact they are."""
+
+    usage = "usage"  #: per-chunk ``usage`` (vLLM ``continuous_usage_stats``) — exact
+    timings = "timings"  #: per-chunk ``timings.predicted_n`` (llama.cpp ``timings_per_token``) — exact
+    one_per_chunk = "one_per_chunk"  #: content chunks == usage.completion_tokens, so 1 each — exact
+    spread = "spread"  #: final usage total spread evenly over content chunks — approximate
+    none = "none"  #: no usage at all (failed or non-streamed without usage)
+
+
+class Chunk(BaseModel):
+    """One streamed SSE event that carried output: arrival time and token count."""
+
+    model_config = ConfigDict(frozen=True)
+
+    t: float = Field(ge=0.0, description="seconds after the request's actual send time")
+    n: int = Field(ge=0, description="output tokens this chunk carried")
+
+
+class SpecCounts(BaseModel):
+    """Speculative-decoding counts for one request, one run or one segment (vLLM's definitions).
+
+    A *draft* is one proposal of up to k tokens at one step; ``draft_tokens`` counts proposed
+    tokens, ``accepted_tokens`` those the target kept (the bonus/correction token is not a draft
+    token). ``accepted_per_pos[i]`` = drafts whose token i was accepted. Fields a source does not
+    expose are None (never 0).
+    """
+
+    drafts: int | None = Field(default=None, ge=0)
+    draft_tokens: int | None = Field(default=None, ge=0)
+    accepted_tokens: int | None = Field(default=None, ge=0)
+    accepted_per_pos: list[int] | None = None
+    source: str = ""  #: e.g. "vllm:/metrics", "vllm:per-request", "llamacpp:timings"
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted tokens; NaN when nothing was drafted or a count is missing."""
+        if not self.draft_tokens or self.accepted_tokens is None:
+            return math.nan
+        return self.accepted_tokens / self.draft_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """1 + accepted / drafts (vLLM's "acceptance length"); NaN without drafts."""
+        if not self.drafts or self.accepted_tokens is None:
+            return math.nan
+        return 1.0 + self.accepted_tokens / self.drafts
+
+    @property
+    def per_position_rate(self) -> list[float]:
+        """accepted_per_pos[i] / drafts; empty when unknown."""
+        if not self.drafts or self.accepted_per_pos is None:
+            return []
+        return [a / self.drafts for a in self.accepted_per_pos]
+
+    def __add__(self, other: SpecCounts) -> SpecCounts:
+        def add(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a + b
+
+        pos: list[int] | None = None
+        if self.accepted_per_pos is not None and other.accepted_per_pos is not None:
+            n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+            a = self.accepted_per_pos + [0] * (n - len(self.accepted_per_pos))
+            b = other.accepted_per_pos + [0] * (n - len(other.accepted_per_pos))
+            pos = [x + y for x, y in zip(a, b)]
+        return SpecCounts(
+            drafts=add(self.drafts, other.drafts),
+            draft_tokens=add(self.draft_tokens, other.draft_tokens),
+            accepted_tokens=add(self.accepted_tokens, other.accepted_tokens),
+            accepted_per_pos=pos,
+            source=self.source if self.source == other.source else f"{self.source}+{other.source}",
+        )
+
+    @classmethod
+    def total(cls, items: list[SpecCounts]) -> SpecCounts | None:
+        if not items:
+            return None
+        out = items[0]
+        for s in items[1:]:
+            out = out + s
+        return out
+
+
+class RequestRecord(BaseModel):
+    """One finished (or failed) request: one line of ``results.jsonl``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    segment: str = "default"
+    index: int = Field(ge=0, description="position in the workload order")
+    scheduled_s: float = Field(description="when the arrival process wanted it sent (s after run start)")
+    sent_s: float = Field(description="when it was actually sent (s after run start)")
+    started_at: float = Field(description="actual send time, Unix epoch seconds")
+    ok: bool
+    failure: FailureKind | None = None
+    error: str | None = None
+    http_status: int | None = None
+    ttft_s: float | None = None  #: first output-carrying chunk (None when there was none)
+    e2e_s: float | None = None  #: end of the response (``[DONE]``/body end); None on failure
+    elapsed_s: float = Field(default=0.0, ge=0.0, description="send to end, whatever the outcome")
+    chunks: list[Chunk] = Field(default_factory=list)
+    token_counts: TokenCountSource = TokenCountSource.none
+    prompt_tokens: int | None = None  #: from ``usage``
+    output_tokens: int | None = None  #: from ``usage``, never from re-tokenising
+    finish_reason: str | None = None
+    text: str = ""
+    spec: SpecCounts | None = None  #: the server's per-request speculative counts, where exposed
+    extra: dict[str, Any] = Field(default_factory=dict)  #: dialect extras (timings, meta_info…)
+
+    @property
+    def client_queue_s(self) -> float:
+        """Time spent waiting for a concurrency slot (vLLM's client_queue_time)."""
+        return max(0.0, self.sent_s - self.scheduled_s)
+
+
+class RunRecord(BaseModel):
+    """What is stored beside the results: config (no secrets), server identity, counter snapshots."""
+
+    model_config = ConfigDict(extra="allow")
+
+    specgauge_version: str
+    started_at: float  #: Unix epoch seconds at run start (t=0 of scheduled_s/sent_s)
+    config: dict[str, Any]
+    dialect: str
+    server: dict[str, Any] = Field(default_factory=dict)  #: version, speculative config, models…
+    counters_before: dict[str, Any] | None = None
+    counters_after: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    resumed_from: int = 0  #: records already present when this run (re)started
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ResultsFile:
+    """``results.jsonl``: one ``RequestRecord`` per line, appended and flushed as each request ends.
+
+    Opening for resume reads the ids already present and cuts a torn last line (a crash in the
+    middle of a write), so an appended record never lands after half a line.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self._f: IO[str] | None = None
+
+    def existing(self) -> list[RequestRecord]:
+        if not self.path.exists():
+            return []
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            cut = raw.rfind(b"\n") + 1
+            with open(self.path, "r+b") as f:
+                f.truncate(cut)
+            raw = raw[:cut]
+        out: list[RequestRecord] = []
+        for i, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(RequestRecord.model_validate_json(line))
+            except ValueError as e:
+                raise ValueError(f"{self.path}:{i}: not a specgauge request record ({str(e).splitlines()[0]})") from None
+        return out
+
+    def open(self) -> ResultsFile:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def append(self, rec: RequestRecord) -> None:
+        if self._f is None:
+            self.open()
+        assert self._f is not None
+        self._f.write(rec.model_dump_json() + "\n")
+        self._f.flush()
+        if self.fsync:
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
