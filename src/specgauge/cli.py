@@ -113,6 +113,70 @@ def profile(
         render_profile(prof, console)
 
 
+@app.command()
+@user_errors
+def simulate(
+    workload: WorkloadArg = None,
+    method: Annotated[str, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH (plugins by kind).")] = "ngram,suffix",
+    k: Annotated[str, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4.")] = "1-8",
+    speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
+    batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
+    cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="JSON cost profile (measured by specgauge bench).")] = None,
+    tokenizer: TokOpt = None,
+    format: FormatOpt = None,
+    segment_by: SegmentOpt = None,
+    skip_invalid: SkipOpt = False,
+    limit: LimitOpt = None,
+    detail: Annotated[bool, typer.Option("--detail", help="Also print every segment × method × k row.")] = False,
+    as_json: JsonOpt = False,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per segment × method × k to this file.")] = None,
+) -> None:
+    """Acceptance per method, k and segment, replayed offline from logged outputs; predicted speedup."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from specgauge.api import resolve_tokenizer
+    from specgauge.config import ConfigError, SpeculativeConfig
+    from specgauge.simulate.run import SimulateConfig, parse_ks
+    from specgauge.simulate.run import simulate as run_simulate
+    from specgauge.workload.loaders import LoadOptions
+
+    spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None
+    methods = [m for m in method.split(",") if m.strip()]
+    ks = parse_ks(k)
+    if spec is not None:
+        methods = [spec.method or "draft_model"] if method == "ngram,suffix" else methods
+        if k == "1-8" and spec.num_speculative_tokens:
+            ks = [spec.num_speculative_tokens]
+    try:
+        batches = sorted({int(b) for b in batch.split(",")})
+    except ValueError:
+        raise ConfigError(f"--batch {batch!r}: expected integers like 1,8,32") from None
+    if min(batches) < 1:
+        raise ConfigError("--batch: batch sizes must be >= 1")
+    cfg = SimulateConfig(
+        workload=_workload_paths(workload),
+        load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
+        methods=methods, ks=ks, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
+    )
+    tok = resolve_tokenizer(tokenizer)
+    with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=as_json) as prog:
+        task = prog.add_task("replay", total=limit)
+        result = run_simulate(cfg, tok, on_request=lambda n: prog.update(task, completed=n))
+    if csv_out is not None:
+        from specgauge.report.tables import simulation_rows, write_csv
+
+        write_csv(simulation_rows(result), csv_out)
+    if as_json:
+        sys.stdout.write(json.dumps(result.model_dump(mode="json", exclude={"requests"}), ensure_ascii=False, indent=2) + "\n")
+    else:
+        from specgauge.report.console import render_simulation
+
+        render_simulation(result, console, detail=detail)
+        if csv_out is not None:
+            console.print(f"CSV written to {csv_out}")
+
+
 def main() -> None:
     app()
 

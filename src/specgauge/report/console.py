@@ -53,3 +53,62 @@ def render_profile(p: WorkloadProfile, console: Console) -> None:
         console.print(f"[yellow]{p.skipped_invalid} invalid request(s) skipped[/yellow]")
     for note in p.overall.notes:
         console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+
+
+def _f(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def render_simulation(r: "SimulateResult", console: Console, detail: bool = False) -> None:  # noqa: F821
+    from specgauge.simulate.run import SegmentResult
+
+    b0 = r.batch_sizes[0]
+
+    def pred(seg: SegmentResult, method: str, k: int, batch: int) -> float | None:
+        return next((p.predicted_speedup for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
+
+    t = Table(title=f"Offline acceptance replay, all requests ({r.requests_replayed} replayed)", title_justify="left")
+    cols = ["method", "k", "acc rate", "MAL", "per-position acceptance", "tok/step", "req acc p10/p50/p90"]
+    cols += [f"speedup B={b}" for b in r.batch_sizes]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("method", "per-position acceptance") else "right")
+    for s in r.overall.summaries:
+        best = r.overall.best_k.get(s.method) == s.k
+        ra = s.request_acceptance_rate
+        t.add_row(
+            s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
+            " ".join(_f(x, "{:.2f}") for x in s.per_position_rate), _f(s.tokens_per_step),
+            "–" if ra.n == 0 else f"{_pct(ra.p10)}/{_pct(ra.p50)}/{_pct(ra.p90)}",
+            *[_f(pred(r.overall, s.method, s.k, b), "{:.2f}x") for b in r.batch_sizes],
+            style="bold green" if best else None,
+        )
+    console.print(t)
+    seg = Table(title=f"Per segment: best k by predicted speedup at batch {b0}", title_justify="left")
+    for c in ["segment", "method", "best k", "requests", "acc rate", "MAL", "tok/step", f"speedup B={b0}"]:
+        seg.add_column(c, justify="left" if c in ("segment", "method") else "right")
+    for name, sr in [*r.segments.items(), ("overall", r.overall)]:
+        if name == "overall":
+            seg.add_section()
+        for m in r.methods:
+            k = sr.best_k.get(m)
+            s = next((x for x in sr.summaries if x.method == m and x.k == k), None)
+            if s is None:
+                seg.add_row(name, m, "–", "0", "–", "–", "–", "–")
+                continue
+            seg.add_row(name, m, str(k), str(s.requests), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
+                        _f(s.tokens_per_step), _f(pred(sr, m, s.k, b0), "{:.2f}x"))
+    console.print(seg)
+    if detail:
+        d = Table(title="Per segment × method × k", title_justify="left")
+        for c in ["segment", "method", "k", "acc rate", "MAL", "per-position", f"speedup B={b0}"]:
+            d.add_column(c)
+        for name, sr in r.segments.items():
+            for s in sr.summaries:
+                d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
+                          " ".join(_f(x) for x in s.per_position_rate), _f(pred(sr, s.method, s.k, b0), "{:.2f}x"))
+        console.print(d)
+    console.print(f"tokenizer: {r.tokenizer}; acceptance {'EXACT (logged token ids)' if r.exact else 'APPROXIMATE'}", highlight=False)
+    for k, v in r.skipped.items():
+        console.print(f"[yellow]skipped {v} request(s): {k}[/yellow]")
+    for note in r.notes:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
