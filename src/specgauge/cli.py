@@ -130,6 +130,7 @@ def simulate(
     detail: Annotated[bool, typer.Option("--detail", help="Also print every segment × method × k row.")] = False,
     as_json: JsonOpt = False,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per segment × method × k to this file.")] = None,
+    per_request: Annotated[Path | None, typer.Option("--per-request", help="Append per-request acceptance rows (JSONL) to this file as they are computed.")] = None,
 ) -> None:
     """Acceptance per method, k and segment, replayed offline from logged outputs; predicted speedup."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -157,6 +158,7 @@ def simulate(
         workload=_workload_paths(workload),
         load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
         methods=methods, ks=ks, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
+        per_request_out=per_request,
     )
     tok = resolve_tokenizer(tokenizer)
     with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -168,7 +170,7 @@ def simulate(
 
         write_csv(simulation_rows(result), csv_out)
     if as_json:
-        sys.stdout.write(json.dumps(result.model_dump(mode="json", exclude={"requests"}), ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
     else:
         from specgauge.report.console import render_simulation
 

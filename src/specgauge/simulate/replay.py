@@ -105,29 +105,56 @@ class AcceptanceSummary(BaseModel):
 
     @classmethod
     def of(cls, method: str, k: int, rows: Sequence[RequestAcceptance]) -> AcceptanceSummary:
-        drafts = sum(r.drafts for r in rows)
-        dtok = sum(r.draft_tokens for r in rows)
-        acc = sum(r.accepted_tokens for r in rows)
-        steps = sum(r.steps for r in rows)
-        out = sum(r.output_tokens for r in rows)
-        width = max([k, *[len(r.per_position) for r in rows]])
-        per_pos = [sum(r.per_position[i] for r in rows if i < len(r.per_position)) for i in range(width)]
-        hist = [sum(r.acceptance_histogram[i] for r in rows if i < len(r.acceptance_histogram)) for i in range(width + 1)]
-        notes = []
-        if not drafts:
-            notes.append("no drafts were proposed: acceptance is undefined (not 0)")
-        return cls(
-            method=method, k=k, requests=len(rows), output_tokens=out, steps=steps, drafts=drafts,
-            draft_tokens=dtok, accepted_tokens=acc,
+        acc = AcceptanceAccumulator(method, k)
+        for r in rows:
+            acc.add(r)
+        return acc.summary()
+
+
+class AcceptanceAccumulator:
+    """Running sums for one (segment, method, k): constant memory per request but two floats (for
+    the spread across requests), so a multi-GB log replays in flat memory."""
+
+    def __init__(self, method: str, k: int) -> None:
+        self.method, self.k = method, k
+        self.requests = self.output_tokens = self.steps = self.drafts = self.draft_tokens = self.accepted = 0
+        self.per_pos = np.zeros(k, dtype=np.int64)
+        self.hist = np.zeros(k + 1, dtype=np.int64)
+        self.rates: list[float] = []
+        self.mals: list[float] = []
+        self.exact = True
+
+    def add(self, r: RequestAcceptance) -> None:
+        self.requests += 1
+        self.output_tokens += r.output_tokens
+        self.steps += r.steps
+        self.drafts += r.drafts
+        self.draft_tokens += r.draft_tokens
+        self.accepted += r.accepted_tokens
+        if len(r.per_position) > len(self.per_pos):
+            self.per_pos = np.pad(self.per_pos, (0, len(r.per_position) - len(self.per_pos)))
+        self.per_pos[: len(r.per_position)] += r.per_position
+        if len(r.acceptance_histogram) > len(self.hist):
+            self.hist = np.pad(self.hist, (0, len(r.acceptance_histogram) - len(self.hist)))
+        self.hist[: len(r.acceptance_histogram)] += r.acceptance_histogram
+        self.rates.append(r.acceptance_rate)
+        self.mals.append(r.mean_acceptance_length)
+        self.exact &= r.exact
+
+    def summary(self) -> AcceptanceSummary:
+        drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
+        notes = [] if drafts else ["no drafts were proposed: acceptance is undefined (not 0)"]
+        return AcceptanceSummary(
+            method=self.method, k=self.k, requests=self.requests, output_tokens=self.output_tokens, steps=steps,
+            drafts=drafts, draft_tokens=dtok, accepted_tokens=acc,
             acceptance_rate=acc / dtok if dtok else None,
             mean_acceptance_length=1 + acc / drafts if drafts else None,
-            per_position_rate=[p / drafts if drafts else None for p in per_pos],
-            tokens_per_step=out / steps if steps else None,
+            per_position_rate=[int(p) / drafts if drafts else None for p in self.per_pos],
+            tokens_per_step=self.output_tokens / steps if steps else None,
             draft_share=drafts / steps if steps else None,
-            request_acceptance_rate=Spread.of([r.acceptance_rate for r in rows], "no request had a draft"),
-            request_mean_acceptance_length=Spread.of([r.mean_acceptance_length for r in rows], "no request had a draft"),
-            acceptance_histogram=hist,
+            request_acceptance_rate=Spread.of(self.rates, "no request had a draft"),
+            request_mean_acceptance_length=Spread.of(self.mals, "no request had a draft"),
+            acceptance_histogram=[int(x) for x in self.hist],
             mean_drafted_per_step=dtok / steps if steps else None,
-            exact=all(r.exact for r in rows),
-            notes=notes,
+            exact=self.exact, notes=notes,
         )

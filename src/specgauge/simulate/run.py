@@ -9,7 +9,7 @@ logs are re-tokenised with the target tokenizer and marked approximate.
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from specgauge.config import ConfigError, SpeculativeConfig
 from specgauge.drafters.base import Drafter, ReplayTrace, make_drafter, replay_by_stepping
 from specgauge.errors import UserError
 from specgauge.simulate.cost_model import CostProfiles, SpeedupPrediction, predict_speedup
-from specgauge.simulate.replay import AcceptanceSummary, RequestAcceptance
+from specgauge.simulate.replay import AcceptanceAccumulator, AcceptanceSummary, RequestAcceptance
 from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload
 from specgauge.workload.schema import WorkloadItem
 from specgauge.workload.tokenizer import Tokenizer
@@ -97,6 +97,8 @@ class SimulateConfig(BaseModel):
     tokenizer: str | None = None
     batch_sizes: list[int] = Field(default_factory=lambda: [1])
     cost_profile: Path | None = None
+    #: append every per-request row (JSONL) here as it is computed; nothing per request stays in memory
+    per_request_out: Path | None = None
 
 
 class SegmentResult(BaseModel):
@@ -117,7 +119,6 @@ class SimulateResult(BaseModel):
     requests_replayed: int
     skipped: dict[str, int]
     notes: list[str]
-    requests: list[RequestAcceptance] = Field(default_factory=list, repr=False)
 
 
 def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
@@ -200,26 +201,39 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     runners = [_MethodRunner(s, cfg.ks, tok) for s in specs]
     profiles = CostProfiles.load(cfg.cost_profile)
     report = LoadReport()
-    rows: list[RequestAcceptance] = []
+    accs: dict[tuple[str, str, int], AcceptanceAccumulator] = {}
     skipped: Counter[str] = Counter()
-    n = 0
-    approx = 0
-    for item in iter_workload(cfg.workload, cfg.load, report):
-        resp = item.response
-        if resp is None:
-            skipped["no logged response"] += 1
-            continue
-        prompt, out, exact = _token_ids(item, tok)
-        if not out:
-            skipped["empty logged output"] += 1
-            continue
-        approx += not exact
-        for r in runners:
-            for k, trace in r.run(item.request.id, prompt, out).items():
-                rows.append(RequestAcceptance.from_trace(trace, item.request.id, item.request.segment, r.spec.label, k, len(out), exact))
-        n += 1
-        if on_request is not None:
-            on_request(n)
+    n = approx = 0
+    sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
+    try:
+        for item in iter_workload(cfg.workload, cfg.load, report):
+            resp = item.response
+            if resp is None:
+                skipped["no logged response"] += 1
+                continue
+            prompt, out, exact = _token_ids(item, tok)
+            if not out:
+                skipped["empty logged output"] += 1
+                continue
+            approx += not exact
+            seg = item.request.segment
+            for r in runners:
+                for k, trace in r.run(item.request.id, prompt, out).items():
+                    row = RequestAcceptance.from_trace(trace, item.request.id, seg, r.spec.label, k, len(out), exact)
+                    for key in (("", r.spec.label, k), (seg, r.spec.label, k)):
+                        if key not in accs:
+                            accs[key] = AcceptanceAccumulator(r.spec.label, k)
+                        accs[key].add(row)
+                    if sink is not None:
+                        sink.write(row.model_dump_json() + "\n")
+            n += 1
+            if sink is not None:
+                sink.flush()
+            if on_request is not None:
+                on_request(n)
+    finally:
+        if sink is not None:
+            sink.close()
     if report.skipped:
         skipped["invalid (skipped)"] += report.skipped
     notes = []
@@ -227,24 +241,25 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
         notes.append(f"{approx} request(s) had no logged token ids: re-tokenised with {tok.name}, acceptance APPROXIMATE")
     if n == 0:
         notes.append("no request had a logged response with output: nothing to replay")
-    by_seg: dict[str, list[RequestAcceptance]] = defaultdict(list)
-    for row in rows:
-        by_seg[row.segment].append(row)
+    segments = sorted({seg for seg, _, _ in accs if seg})
     return SimulateResult(
         tokenizer=tok.name, exact=approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
-        overall=_segment(rows, labels, cfg, profiles),
-        segments={s: _segment(v, labels, cfg, profiles) for s, v in sorted(by_seg.items())},
-        requests_replayed=n, skipped=dict(skipped), notes=notes, requests=rows,
+        overall=_segment("", accs, labels, cfg, profiles),
+        segments={s: _segment(s, accs, labels, cfg, profiles) for s in segments},
+        requests_replayed=n, skipped=dict(skipped), notes=notes,
     )
 
 
-def _segment(rows: list[RequestAcceptance], labels: list[str], cfg: SimulateConfig, profiles: CostProfiles) -> SegmentResult:
+def _segment(
+    seg: str, accs: dict[tuple[str, str, int], AcceptanceAccumulator], labels: list[str], cfg: SimulateConfig,
+    profiles: CostProfiles,
+) -> SegmentResult:
     sums, preds, best = [], [], {}
     for label in labels:
         best_val, best_k = -1.0, None
         for k in cfg.ks:
-            sel = [r for r in rows if r.method == label and r.k == k]
-            s = AcceptanceSummary.of(label, k, sel)
+            acc = accs.get((seg, label, k)) or AcceptanceAccumulator(label, k)
+            s = acc.summary()
             sums.append(s)
             for b in cfg.batch_sizes:
                 p = predict_speedup(label, k, s.output_tokens, s.steps, s.draft_tokens, b, profiles.for_method(label))
