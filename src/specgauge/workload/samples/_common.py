@@ -131,3 +131,22 @@ def fill(template: str, slots: dict[str, Any]) -> str:
         return template.format(**slots)
     except KeyError as exc:  # pragma: no cover - only reachable through a template typo
         raise KeyError(f"sample template needs slot {exc} : {template[:60]!r}") from None
+
+
+_DIGIT_BATCHIM = {"0": True, "1": True, "2": False, "3": True, "4": False, "5": False, "6": True,
+                  "7": True, "8": True, "9": False}
+
+
+def has_batchim(word: str) -> bool:
+    """Whether a Korean reading of ``word`` ends in a final consonant (decides 이/가, 을/를 …)."""
+    c = word.rstrip(" )]")[-1:] or "가"
+    if "가" <= c <= "힣":
+        return (ord(c) - 0xAC00) % 28 != 0
+    if c in _DIGIT_BATCHIM:
+        return _DIGIT_BATCHIM[c]
+    return c.lower() in "lmnr"
+
+
+def josa(word: str, with_final: str, without_final: str) -> str:
+    """The particle that follows ``word``: ``josa("공유기", "이", "가") == "가"``."""
+    return with_final if has_batchim(word) else without_final

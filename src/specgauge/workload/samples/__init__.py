@@ -1,0 +1,23 @@
+"""specgauge's built-in sample workloads: five segments of realistic serving traffic in English and
+Korean (see :mod:`specgauge.workload.samples.generate`).
+
+``sample_path()`` is the shipped request file; ``generate_pairs`` yields requests with their reference
+answers; ``corpus_texts`` renders training documents for the project's tiny models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SEGMENTS", "LANGS", "GENERATOR", "generate_pairs", "sample_path", "write_sample", "corpus_texts",
+           "render_text"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily so ``python -m specgauge.workload.samples.generate`` does not import the module
+    # twice (runpy warns when the package has already imported the module it is asked to run).
+    if name in __all__:
+        from . import generate
+
+        return getattr(generate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
