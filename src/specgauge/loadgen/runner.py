@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from specgauge.loadgen.dialects import Dialect
-from specgauge.loadgen.sse import MalformedSSE, SSEParser
+from specgauge.loadgen.sse import MalformedSSE, SSEEvent, SSEParser
 from specgauge.records import Chunk, FailureKind, RequestRecord, SpecCounts, TokenCountSource
 from specgauge.workload.schema import ApiKind, Request
 
@@ -73,6 +73,7 @@ class _Stream:
     counted_by: TokenCountSource | None = None
     final: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
+    final_usage: bool = False  #: usage seen on a choice-less or finishing event (not just per-chunk)
     done: bool = False
 
 
@@ -188,48 +189,55 @@ class Runner:
                     raise RequestFailed(FailureKind.error_payload, _error_message(obj), resp.status)
                 raise RequestFailed(FailureKind.malformed_sse, f"expected an event stream, got {ctype!r}", resp.status)
             parser = SSEParser()
-            dialect = self.dialect
             perf = time.perf_counter
             async for data in resp.content.iter_any():
                 t = perf() - sent
-                for ev in parser.feed(data):
-                    if st.done:
-                        continue
-                    payload = ev.data
-                    if payload == "[DONE]":
-                        st.done = True
-                        continue
-                    try:
-                        obj = json.loads(payload)
-                    except ValueError:
-                        raise RequestFailed(FailureKind.invalid_json, f"SSE data is not JSON: {payload[:80]!r}", resp.status) from None
-                    if not isinstance(obj, dict):
-                        raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", resp.status)
-                    if "error" in obj and not obj.get("choices"):
-                        raise RequestFailed(FailureKind.error_payload, _error_message(obj), resp.status)
-                    has_out = _output_of(obj, st)
-                    cum = dialect.cumulative_tokens(obj)
-                    n = -1
-                    if cum is not None:
-                        n = cum - st.prev_cum
-                        st.prev_cum = cum
-                        if st.counted_by is None:
-                            st.counted_by = TokenCountSource.timings if "timings" in obj and "usage" not in obj else TokenCountSource.usage
-                    if has_out or n > 0:
-                        st.times.append(t)
-                        st.counts.append(n)
-                    for k in _FINAL_KEYS:
-                        if k in obj and obj[k] is not None:
-                            st.final[k] = obj[k]
-                    if obj.get("choices") and any(isinstance(c, dict) and "meta_info" in c for c in obj["choices"]):
-                        st.final["choices"] = obj["choices"]
-            left = parser.close()
+                self._events(parser.feed(data), t, st, resp.status)
+            tail, left = parser.close()
+            self._events(tail, perf() - sent, st, resp.status)
             if not st.done:
                 why = "a partial event" if left else "no [DONE]"
                 raise RequestFailed(FailureKind.stream_cut_short, f"stream ended with {why}", resp.status)
-            if not isinstance(st.final.get("usage"), dict):
+            if not st.final_usage:
                 raise RequestFailed(FailureKind.stream_cut_short, "stream ended without the final usage", resp.status)
             return resp.status, st.final
+
+    def _events(self, events: list[SSEEvent], t: float, st: _Stream, status: int) -> None:
+        """Applies stream events that arrived together at ``t`` (s after send)."""
+        dialect = self.dialect
+        for ev in events:
+            if st.done:
+                continue
+            payload = ev.data
+            if payload == "[DONE]":
+                st.done = True
+                continue
+            try:
+                obj = json.loads(payload)
+            except ValueError:
+                raise RequestFailed(FailureKind.invalid_json, f"SSE data is not JSON: {payload[:80]!r}", status) from None
+            if not isinstance(obj, dict):
+                raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", status)
+            if "error" in obj and not obj.get("choices"):
+                raise RequestFailed(FailureKind.error_payload, _error_message(obj), status)
+            has_out = _output_of(obj, st)
+            cum = dialect.cumulative_tokens(obj)
+            n = -1
+            if cum is not None:
+                n = cum - st.prev_cum
+                st.prev_cum = cum
+                if st.counted_by is None:
+                    st.counted_by = TokenCountSource.timings if "timings" in obj and "usage" not in obj else TokenCountSource.usage
+            if has_out or n > 0:
+                st.times.append(t)
+                st.counts.append(n)
+            if isinstance(obj.get("usage"), dict) and (not obj.get("choices") or st.finish_reason is not None):
+                st.final_usage = True
+            for k in _FINAL_KEYS:
+                if k in obj and obj[k] is not None:
+                    st.final[k] = obj[k]
+            if obj.get("choices") and any(isinstance(c, dict) and "meta_info" in c for c in obj["choices"]):
+                st.final["choices"] = obj["choices"]
 
     async def send(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
         """Waits for a slot, sends, classifies. Never raises except on cancellation."""

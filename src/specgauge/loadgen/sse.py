@@ -2,7 +2,7 @@
 
 Incremental: ``feed(bytes)`` returns the events completed by those bytes, so the caller can stamp
 each event with the arrival time of the read that completed it. Follows the WHATWG event-stream
-rules (LF, CRLF or CR line ends; ``:`` comments; multi-line ``data``; one optional space after the
+rules (LF, CRLF or CR line ends, a CR at the end of the body included; ``:`` comments; multi-line ``data``; one optional space after the
 colon), with one strictness the spec does not have: a non-empty line whose field is not one of
 ``data``/``event``/``id``/``retry`` raises :class:`MalformedSSE`, because an OpenAI-compatible
 server never sends one and such bytes mean the body is not an event stream at all.
@@ -49,12 +49,9 @@ class SSEParser:
             cr = buf.find(b"\r", start, nl if nl >= 0 else n)
             if cr >= 0:
                 end = cr
-                if cr + 1 < n:
-                    nxt = cr + 2 if buf[cr + 1] == 0x0A else cr + 1
-                elif cr + 1 == n:
+                if cr + 1 == n:
                     break  # a CR at the end may be the first half of CRLF: wait for more bytes
-                else:
-                    nxt = cr + 1
+                nxt = cr + 2 if buf[cr + 1] == 0x0A else cr + 1
             elif nl >= 0:
                 end, nxt = nl, nl + 1
             else:
@@ -66,12 +63,15 @@ class SSEParser:
             raise MalformedSSE(f"an SSE line longer than {self._max_line} bytes without a line end")
         return events
 
-    def close(self) -> bool:
-        """End of body. True when a partial event (bytes or data lines) was left unterminated."""
+    def close(self) -> tuple[list[SSEEvent], bool]:
+        """End of body: events completed by a final lone CR, and whether a partial event was left."""
+        events: list[SSEEvent] = []
+        if self._buf.endswith(b"\r"):
+            events = self.feed(b"\n")  # the CR was a line end, not half of a CRLF
         left = bool(self._buf.strip()) or self._has_data
         self._buf = b""
         self._reset()
-        return left
+        return events, left
 
     def _reset(self) -> None:
         self._data = []
