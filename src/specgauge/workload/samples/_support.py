@@ -167,7 +167,7 @@ SCENARIOS: list[dict[str, Any]] = [
              "분실로 확인되면 당일 발송하도록 {product} 교환품을 확보해 둠."),
         ],
         "followup": ["네, 진행 상황 알려주세요.", "감사합니다. 결과 기다릴게요."],
-        "issue": ["{carrier} 운송장 {tracking} 기준 주문 {order}({product}){ga} {date} 배송 완료로 표시되었으나 고객이 받지 못함."],
+        "issue": ["{carrier} 운송장 {tracking} 기준 주문 {order}의 {product}{ga} {date} 배송 완료로 표시되었으나 고객이 받지 못함."],
         "next": ["{followup_date}에 {carrier} 조사 {code} 결과를 확인하고, 분실이면 확보해 둔 교환품을 발송."],
     }},
     {"name": "login_2fa", "code": "AUTH-4##", "en": {

@@ -118,10 +118,10 @@ def _weather(rng: random.Random, lang: Lang, c: dict[str, Any]) -> dict[str, Any
 
 def _damage_ticket(rng: random.Random, lang: Lang, c: dict[str, Any]) -> dict[str, Any]:
     oid, tid = order_id(rng), f"TCK-{rng.randint(10000, 99999)}"
-    part_en, part_ko = rng.choice([("base", "받침대"), ("screen", "화면"), ("lid", "뚜껑"), ("case", "케이스")])
-    user = {"en": f"My {c['product']} from order {oid} arrived with a cracked {part_en}. My email is {c['email']}. Can you open a ticket?",
-            "ko": f"주문 {oid}로 받은 {c['product']}의 {part_ko}{josa(part_ko, '이', '가')} 깨져서 왔어요. 제 이메일은 {c['email']}입니다. 접수 부탁드려요."}[lang]
-    summary = {"en": f"{c['product']} arrived with a cracked {part_en}", "ko": f"{c['product']} {part_ko} 파손 상태로 배송됨"}[lang]
+    part_en, part_ko = rng.choice([("corner", "모서리"), ("front panel", "앞면"), ("casing", "외관"), ("side", "옆면")])
+    user = {"en": f"My {c['product']} from order {oid} arrived with a damaged {part_en}. My email is {c['email']}. Can you open a ticket?",
+            "ko": f"주문 {oid}로 받은 {c['product']}의 {part_ko}{josa(part_ko, '이', '가')} 파손된 채로 왔어요. 제 이메일은 {c['email']}입니다. 접수 부탁드려요."}[lang]
+    summary = {"en": f"{c['product']} arrived with a damaged {part_en}", "ko": f"{c['product']} {part_ko} 파손 상태로 배송됨"}[lang]
     args = {"order_id": oid, "summary": summary, "priority": "high", "category": "damage"}
     rounds: list[Round] = [
         ("search_orders", {"customer_email": c["email"], "status": "delivered"},
@@ -129,7 +129,7 @@ def _damage_ticket(rng: random.Random, lang: Lang, c: dict[str, Any]) -> dict[st
         ("create_ticket", args, {"ticket_id": tid, "status": "open", "priority": "high", "first_response_hours": 24}),
     ]
     final = {"en": f"I've opened ticket {tid} (priority high) for order {oid}: \"{summary}\". Our team will get back to you within 24 hours; please keep the packaging in case the carrier asks for photos.",
-             "ko": f"주문 {oid} 건으로 티켓 {tid}(우선순위 high)를 접수했습니다: \"{summary}\". 24시간 안에 담당팀이 연락드릴 예정이며, 택배사에서 사진을 요청할 수 있으니 포장재는 보관해 주세요."}[lang]
+             "ko": f"주문 {oid} 건으로 티켓 {tid}(우선순위 high){josa(tid, '을', '를')} 접수했습니다: \"{summary}\". 24시간 안에 담당팀이 연락드릴 예정이며, 택배사에서 사진을 요청할 수 있으니 포장재는 보관해 주세요."}[lang]
     return {"user": user, "rounds": rounds, "final": final, "extra_tools": []}
 
 
@@ -178,8 +178,8 @@ def _refund(rng: random.Random, lang: Lang, c: dict[str, Any]) -> dict[str, Any]
         ("issue_refund", {"order_id": oid, "amount": amount, "reason": reason},
          {"refund_id": rid, "order_id": oid, "amount": amount, "status": "pending", "eta_days": 5}),
     ]
-    final = {"en": f"Done: refund {rid} of {amount} USD for order {oid} is pending and should reach your original payment method within 5 days.",
-             "ko": f"주문 {oid}의 {amount} USD 환불(환불번호 {rid})이 접수되었습니다. 5일 안에 원래 결제 수단으로 입금될 예정입니다."}[lang]
+    final = {"en": f"Done: refund {rid} of {amount:.2f} USD for order {oid} is pending and should reach your original payment method within 5 days.",
+             "ko": f"주문 {oid}의 {amount:.2f} USD 환불(환불번호 {rid})이 접수되었습니다. 5일 안에 원래 결제 수단으로 입금될 예정입니다."}[lang]
     return {"user": user, "rounds": rounds, "final": final, "extra_tools": ["send_email"]}
 
 
@@ -222,7 +222,7 @@ def build(rng: random.Random, lang: Lang) -> Example:
 
     needed = {r[0] for r in rounds} | ({nxt[0]} if nxt else set()) | set(sc["extra_tools"])
     others = [t for t in TOOLS if t not in needed]
-    names = sorted(needed) + rng.sample(others, rng.randint(1, 3))
+    names = sorted(needed) + rng.sample(others, rng.randint(1, 2))
     rng.shuffle(names)
     return Example(messages=messages, answer=answer, tools=[TOOLS[n] for n in names],
                    info={"next": "tool_call" if nxt else "final"})
