@@ -120,6 +120,7 @@ def simulate(
     method: Annotated[str, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH (plugins by kind).")] = "ngram,suffix",
     k: Annotated[str, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4.")] = "1-8",
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
+    draft_sampling: Annotated[str, typer.Option("--draft-sampling", help="greedy (vLLM's way: exact replay) or probabilistic (needs target logprobs in the log; lower bound).")] = "greedy",
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
     cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="JSON cost profile (measured by specgauge bench).")] = None,
     tokenizer: TokOpt = None,
@@ -158,7 +159,7 @@ def simulate(
         workload=_workload_paths(workload),
         load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
         methods=methods, ks=ks, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
-        per_request_out=per_request,
+        per_request_out=per_request, draft_sampling=draft_sampling,
     )
     tok = resolve_tokenizer(tokenizer)
     with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

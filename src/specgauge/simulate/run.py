@@ -21,6 +21,7 @@ from specgauge.config import ConfigError, SpeculativeConfig
 from specgauge.drafters.base import Drafter, ReplayTrace, make_drafter, replay_by_stepping
 from specgauge.errors import UserError
 from specgauge.simulate.cost_model import CostProfiles, SpeedupPrediction, predict_speedup
+from specgauge.simulate.probabilistic import ProbabilisticAccumulator, ProbabilisticSummary, alpha_lower_bound
 from specgauge.simulate.replay import AcceptanceAccumulator, AcceptanceSummary, RequestAcceptance
 from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload
 from specgauge.workload.schema import WorkloadItem
@@ -41,7 +42,7 @@ class MethodSpec(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def parse(cls, text: str, spec: SpeculativeConfig | None = None) -> MethodSpec:
+    def parse(cls, text: str, spec: SpeculativeConfig | None = None, draft_sampling: str = "greedy") -> MethodSpec:
         text = text.strip()
         kind, _, arg = text.partition(":")
         kind = {"draft": "draft_model", "prompt_lookup": "ngram"}.get(kind, kind)
@@ -55,7 +56,9 @@ class MethodSpec(BaseModel):
                 raise SimulateError(f"--method {text}: a draft model needs its directory: draft_model:PATH")
             if not Path(arg).is_dir():
                 raise SimulateError(f"--method {text}: no such directory {arg!r}")
-            return cls(label=f"draft_model:{Path(arg).name}", kind=kind, options={"model": arg})
+            if draft_sampling not in ("greedy", "probabilistic"):
+                raise SimulateError(f"--draft-sampling {draft_sampling!r}: expected greedy or probabilistic")
+            return cls(label=f"draft_model:{Path(arg).name}", kind=kind, options={"model": arg, "sampling": draft_sampling})
         return cls(label=kind, kind=kind, options=opts)
 
     def drafter_options(self, k: int) -> dict[str, Any]:
@@ -97,6 +100,8 @@ class SimulateConfig(BaseModel):
     tokenizer: str | None = None
     batch_sizes: list[int] = Field(default_factory=lambda: [1])
     cost_profile: Path | None = None
+    #: how the draft model drafts: greedily (vLLM's way; exact replay) or by sampling (lower bound)
+    draft_sampling: str = "greedy"
     #: append every per-request row (JSONL) here as it is computed; nothing per request stays in memory
     per_request_out: Path | None = None
 
@@ -119,6 +124,8 @@ class SimulateResult(BaseModel):
     requests_replayed: int
     skipped: dict[str, int]
     notes: list[str]
+    #: sampling draft models at temperature > 0: lower bounds per segment ("" = all requests)
+    probabilistic: dict[str, list[ProbabilisticSummary]] = Field(default_factory=dict)
 
 
 def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
@@ -179,22 +186,40 @@ class _MethodRunner:
         except (ValueError, TypeError, OSError) as e:
             raise SimulateError(f"--method {spec.label}: {e}") from None
 
-    def run(self, rid: str, prompt: list[int], out: list[int]) -> dict[int, ReplayTrace]:
-        if self.spec.kind == "draft_model":
-            pred = self.model.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
-            match = np.asarray(pred) == np.asarray(out)
-            return {k: trace_from_matches(match, k) for k in self.ks}
-        traces = {}
-        for k, d in self.drafters.items():
-            fast = getattr(d, "replay", None)
-            traces[k] = fast(rid, prompt, out, k) if fast is not None else replay_by_stepping(d, rid, prompt, out, k)
-        return traces
+    @property
+    def probabilistic(self) -> bool:
+        return self.spec.options.get("sampling") == "probabilistic"
+
+    def run(self, item: WorkloadItem, prompt: list[int], out: list[int]) -> dict[int, ReplayTrace]:
+        rid = item.request.id
+        try:
+            if self.spec.kind == "draft_model":
+                pred = self.model.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
+                match = np.asarray(pred) == np.asarray(out)
+                return {k: trace_from_matches(match, k) for k in self.ks}
+            traces = {}
+            for k, d in self.drafters.items():
+                fast = getattr(d, "replay", None)
+                traces[k] = fast(rid, prompt, out, k) if fast is not None else replay_by_stepping(d, rid, prompt, out, k)
+            return traces
+        except (ValueError, IndexError) as e:
+            raise SimulateError(f"{item.source}: request {rid}: --method {self.spec.label}: {e}") from None
+
+    def alphas(self, item: WorkloadItem, prompt: list[int], out: list[int]) -> np.ndarray:
+        """Per-position acceptance lower bound for a sampling draft model (needs target logprobs)."""
+        assert item.response is not None and item.response.top_logprobs is not None
+        t = item.request.temperature or 1.0
+        try:
+            logq = self.model.teacher_forced_logprobs(prompt, out, temperature=t)  # type: ignore[attr-defined]
+        except ValueError as e:
+            raise SimulateError(f"{item.source}: request {item.request.id}: --method {self.spec.label}: {e}") from None
+        return alpha_lower_bound(logq, item.response.top_logprobs)
 
 
 def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], None] | None = None) -> SimulateResult:
     if not cfg.ks or min(cfg.ks) < 1:
         raise ConfigError("--k: k must be >= 1")
-    specs = [MethodSpec.parse(m, cfg.speculative_config) for m in cfg.methods]
+    specs = [MethodSpec.parse(m, cfg.speculative_config, cfg.draft_sampling) for m in cfg.methods]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--method: the same method twice ({', '.join(labels)})")
@@ -202,6 +227,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     profiles = CostProfiles.load(cfg.cost_profile)
     report = LoadReport()
     accs: dict[tuple[str, str, int], AcceptanceAccumulator] = {}
+    paccs: dict[tuple[str, str, int], ProbabilisticAccumulator] = {}
     skipped: Counter[str] = Counter()
     n = approx = 0
     sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
@@ -218,7 +244,16 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
             approx += not exact
             seg = item.request.segment
             for r in runners:
-                for k, trace in r.run(item.request.id, prompt, out).items():
+                if r.probabilistic and (item.request.temperature or 0) > 0:
+                    if resp.top_logprobs is None:
+                        skipped[f"{r.spec.label}: no target logprobs for probabilistic drafting"] += 1
+                        continue
+                    alphas = r.alphas(item, prompt, out)
+                    for k in r.ks:
+                        for key in (("", r.spec.label, k), (seg, r.spec.label, k)):
+                            paccs.setdefault(key, ProbabilisticAccumulator(r.spec.label, k)).add(alphas)
+                    continue
+                for k, trace in r.run(item, prompt, out).items():
                     row = RequestAcceptance.from_trace(trace, item.request.id, seg, r.spec.label, k, len(out), exact)
                     for key in (("", r.spec.label, k), (seg, r.spec.label, k)):
                         if key not in accs:
@@ -247,7 +282,15 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
         overall=_segment("", accs, labels, cfg, profiles),
         segments={s: _segment(s, accs, labels, cfg, profiles) for s in segments},
         requests_replayed=n, skipped=dict(skipped), notes=notes,
+        probabilistic=_probabilistic(paccs),
     )
+
+
+def _probabilistic(paccs: dict[tuple[str, str, int], ProbabilisticAccumulator]) -> dict[str, list[ProbabilisticSummary]]:
+    out: dict[str, list[ProbabilisticSummary]] = {}
+    for (seg, _, _), acc in sorted(paccs.items()):
+        out.setdefault(seg, []).append(acc.summary())
+    return out
 
 
 def _segment(
