@@ -1,5 +1,6 @@
 """Draft methods. Each module registers its drafter by kind name (see ``base``)."""
 
 from specgauge.drafters.base import Drafter, drafter_kinds, make_drafter, register_drafter
+from specgauge.drafters import draft_model as _draft_model  # noqa: F401,E402  (kind "draft_model"; torch loads lazily)
 
 __all__ = ["Drafter", "drafter_kinds", "make_drafter", "register_drafter"]

@@ -1,0 +1,199 @@
+"""Draft-model drafter: a smaller causal LM proposes k tokens greedily (kind ``"draft_model"``).
+
+Greedy drafting makes the proposal a deterministic function of the history, so q is one-hot and the
+replay theorem applies (``deterministic = True``). Two users:
+
+* the embedded engine calls ``propose_batch`` once per step for all running requests: one padded
+  forward catches each request's draft KV cache up with its history, then k-1 single-token forwards
+  extend every row. The cache keeps what it has computed; when the target rejects a draft the next
+  history diverges and the cache is rolled back to the common prefix (no recomputation of the rest).
+* offline replay (``simulate``) calls ``teacher_forced_argmax`` / ``teacher_forced_logprobs``: one
+  forward pass over prompt + output gives the draft's prediction at every output position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specgauge.drafters.base import register_drafter
+
+if TYPE_CHECKING:  # torch is imported on first use, so registering this drafter costs nothing
+    import torch
+
+    from specgauge.engine.model import KVCache
+
+_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    import torch
+
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in _DTYPES:
+        raise ValueError(f"dtype {name!r} not supported; use one of {', '.join(_DTYPES)}")
+    return getattr(torch, name)
+
+
+class VocabMismatchError(ValueError):
+    """Draft and target models do not share a vocabulary."""
+
+
+@register_drafter("draft_model")
+class DraftModelDrafter:
+    kind = "draft_model"
+    deterministic = True
+
+    def __init__(
+        self,
+        model: str | Path,
+        max_batch: int = 8,
+        max_model_len: int = 2048,
+        dtype: str | torch.dtype = "float32",
+        target_vocab_size: int | None = None,
+        num_speculative_tokens: int = 8,
+    ) -> None:
+        from specgauge.engine.model import ModelArgs, load_model
+
+        args = ModelArgs.from_dir(model)
+        if target_vocab_size is not None and args.vocab_size != target_vocab_size:
+            raise VocabMismatchError(
+                f"draft model {model} has vocab_size {args.vocab_size} but the target has {target_vocab_size}; "
+                "a draft model must share the target's tokenizer"
+            )
+        self.model_dir = Path(model)
+        self.model = load_model(model, torch_dtype(dtype))
+        self.vocab_size = args.vocab_size
+        self.max_batch, self.max_model_len = max_batch, max_model_len
+        self._cache: KVCache | None = None  # allocated on first use (offline replay never needs it)
+        self._cache_len = max_model_len + num_speculative_tokens + 2
+        self._free = list(range(max_batch))
+        self._slot: dict[str, int] = {}
+        self._cached: dict[str, list[int]] = {}  # tokens whose keys/values are in the request's slot
+        self._stable: dict[str, int] = {}  # length of the history last seen (histories only grow)
+
+    # -- Drafter protocol ------------------------------------------------------------------------
+    def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:
+        if request_id in self._slot:
+            raise ValueError(f"request {request_id!r} already begun")
+        if not self._free:
+            raise RuntimeError(f"draft model: all {self.max_batch} cache slots in use")
+        self._slot[request_id] = self._free.pop()
+        self._cached[request_id] = []
+        self._stable[request_id] = 0
+
+    def propose(self, request_id: str, history: Sequence[int], k: int) -> list[int]:
+        return self.propose_batch([request_id], [history], [k])[0]
+
+    def end(self, request_id: str, output_ids: Sequence[int]) -> None:
+        slot = self._slot.pop(request_id, None)
+        self._cached.pop(request_id, None)
+        self._stable.pop(request_id, None)
+        if slot is not None:
+            self._free.append(slot)
+
+    # -- batched drafting for the engine ---------------------------------------------------------
+    def propose_batch(
+        self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]
+    ) -> list[list[int]]:
+        """Greedy proposals of ``ks[i]`` tokens for each request, in 1 + (max k - 1) forwards."""
+        import torch
+
+        out: list[list[int]] = [[] for _ in request_ids]
+        rows = [i for i, k in enumerate(ks) if k > 0]
+        if not rows:
+            return out
+        if self._cache is None:
+            self._cache = self.model.new_cache(self.max_batch, self._cache_len)
+        kmax = max(ks[i] for i in rows)
+        slots, starts, feeds = [], [], []
+        for i in rows:
+            rid, hist = request_ids[i], list(histories[i])
+            cached = self._cached[rid]
+            s = self._stable[rid] if len(hist) >= self._stable[rid] else 0
+            c = s + _common_prefix(cached[s:], hist[s:])
+            c = min(c, len(hist) - 1)  # always feed at least the last token, to get its logits
+            feed = hist[c:]
+            if len(feed) > kmax + 1:  # a long catch-up (a new prompt): its own forward, no padding
+                self._forward([feed[:-1]], [self._slot[rid]], [c])
+                c, feed = len(hist) - 1, feed[-1:]
+            slots.append(self._slot[rid])
+            starts.append(c)
+            feeds.append(feed)
+            self._cached[rid] = hist
+            self._stable[rid] = len(hist)
+        tok = self._forward(feeds, slots, starts, last=True)
+        drafts = [tok]
+        pos = torch.tensor([s + len(f) for s, f in zip(starts, feeds, strict=True)])
+        slot_t = torch.tensor(slots)
+        for _ in range(kmax - 1):
+            logits = self.model(drafts[-1][:, None], slot_t, pos, self._cache)
+            drafts.append(logits[:, -1].argmax(-1))
+            pos = pos + 1
+        all_drafts = torch.stack(drafts, 1).tolist()  # [rows, kmax]
+        for j, i in enumerate(rows):
+            rid = request_ids[i]
+            out[i] = all_drafts[j][: ks[i]]
+            self._cached[rid] = self._cached[rid] + all_drafts[j][: kmax - 1]
+        return out
+
+    def _forward(
+        self, feeds: list[list[int]], slots: list[int], starts: list[int], last: bool = False
+    ) -> torch.Tensor:  # [rows] argmax at each row's last fed token (when last=True)
+        import torch
+
+        assert self._cache is not None
+        T = max(len(f) for f in feeds)
+        if max(s + len(f) for s, f in zip(starts, feeds, strict=True)) > self._cache_len:
+            raise ValueError(f"draft model: sequence longer than max_model_len={self.max_model_len}")
+        tokens = torch.zeros(len(feeds), T, dtype=torch.long)
+        for r, f in enumerate(feeds):
+            tokens[r, : len(f)] = torch.tensor(f)
+        lens = torch.tensor([len(f) - 1 for f in feeds])
+        logits = self.model(
+            tokens, torch.tensor(slots), torch.tensor(starts), self._cache, last_only=lens if last else None
+        )
+        return logits[:, -1].argmax(-1)
+
+    # -- offline replay ---------------------------------------------------------------------------
+    def teacher_forced_logits(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> torch.Tensor:
+        """Logits [len(output_ids), V]: row i is the draft's prediction for output_ids[i] given
+        prompt + output_ids[:i] (one forward pass)."""
+        import torch
+
+        if not prompt_ids:
+            raise ValueError("teacher forcing needs a non-empty prompt")
+        seq = list(prompt_ids) + list(output_ids)
+        if not output_ids:
+            return torch.zeros(0, self.vocab_size)
+        bad = [t for t in seq if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} outside the draft model's vocabulary (size {self.vocab_size})")
+        cache = self.model.new_cache(1, len(seq))
+        logits = self.model(torch.tensor([seq[:-1]]), torch.tensor([0]), torch.tensor([0]), cache)
+        return logits[0, len(prompt_ids) - 1 :]
+
+    def teacher_forced_argmax(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> np.ndarray:
+        """The greedy draft token for every output position: int64 array [len(output_ids)]."""
+        return self.teacher_forced_logits(prompt_ids, output_ids).argmax(-1).numpy().astype(np.int64)
+
+    def teacher_forced_logprobs(
+        self, prompt_ids: Sequence[int], output_ids: Sequence[int], temperature: float = 1.0
+    ) -> np.ndarray:
+        """log q for every output position: float32 array [len(output_ids), V] at ``temperature``."""
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0 for log-probabilities (greedy q is one-hot)")
+        lg = self.teacher_forced_logits(prompt_ids, output_ids) / temperature
+        return lg.log_softmax(-1).numpy().astype(np.float32)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

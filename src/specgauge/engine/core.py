@@ -1,0 +1,326 @@
+"""The speculative-decoding engine: continuous batching over token ids, one step at a time.
+
+Knows nothing about tokenisation, HTTP or wall-clock timing: callers add requests (token ids +
+:class:`SamplingParams`), call :meth:`Engine.step` in a loop and time the events it returns
+(nanochat ``engine.py`` style). Requests join and leave between steps. Each step
+
+1. prefills newly admitted requests (one padded target forward over their prompts) and samples their
+   first token, then
+2. for every other running request: one batched draft (the drafter proposes up to k tokens each) and
+   ONE batched target forward over [last token, drafts] for all of them (padded to the longest
+   proposal), followed by :func:`rejection_sample`. The verification forward grows with the batch —
+   the cost users see when they sweep concurrency.
+
+``add_request`` and ``abort`` may be called from another thread; they take effect at the next step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specgauge.config import SpeculativeConfig
+from specgauge.drafters.base import Drafter, make_drafter
+from specgauge.drafters.draft_model import torch_dtype
+from specgauge.engine.model import ModelArgs, load_model
+from specgauge.engine.sampling import SamplingParams, logits_to_probs, make_generator
+from specgauge.engine.spec_stats import SpecStats
+from specgauge.engine.verify import rejection_sample
+
+
+class RequestError(ValueError):
+    """A request the engine cannot serve (too long, bad token ids, duplicate id)."""
+
+
+@dataclass
+class StepOutput:
+    request_id: str
+    new_token_ids: list[int]  # tokens emitted this step (already clipped at max_tokens / stop)
+    num_drafted: int  # draft tokens proposed this step (0: no draft)
+    num_accepted: int  # of which the target kept (before clipping, as vLLM counts)
+    accepted: list[bool]  # per draft position
+    finished: bool
+    finish_reason: str | None  # "length" | "stop" | "abort" | None
+    num_prompt_tokens: int
+    num_output_tokens: int  # total so far
+    spec: SpecStats | None  # this request's running statistics (None without speculation)
+
+
+@dataclass
+class StepTiming:
+    """Where the last step's time went (seconds); read by the benchmark."""
+
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    num_prefill: int = 0
+    num_decode: int = 0
+
+
+@dataclass
+class _Request:
+    id: str
+    prompt: list[int]
+    params: SamplingParams
+    gen: torch.Generator
+    stats: SpecStats | None
+    output: list[int] = field(default_factory=list)
+    slot: int = -1
+    cached: int = 0  # tokens whose keys/values are in the target cache
+
+
+class Engine:
+    def __init__(
+        self,
+        target_dir: str | Path,
+        speculative_config: SpeculativeConfig | None = None,
+        max_batch: int = 8,
+        max_model_len: int = 2048,
+        dtype: str | torch.dtype = "float32",
+        drafter: Drafter | None = None,
+    ) -> None:
+        self.args = ModelArgs.from_dir(target_dir)
+        self.model = load_model(target_dir, torch_dtype(dtype))
+        self.spec = speculative_config if speculative_config and speculative_config.method else None
+        self.k = int(self.spec.num_speculative_tokens or 0) if self.spec else 0
+        if drafter is not None and not self.k:
+            raise ValueError("a drafter needs a speculative_config with num_speculative_tokens")
+        self.max_batch, self.max_model_len = max_batch, max_model_len
+        self.drafter = drafter or (self._build_drafter(dtype) if self.spec else None)
+        self.cache = self.model.new_cache(max_batch, max_model_len + self.k + 2)
+        self.eos = set(self.args.eos_token_ids)
+        self._free = list(range(max_batch - 1, -1, -1))
+        self._waiting: deque[_Request] = deque()
+        self._running: dict[str, _Request] = {}
+        self._incoming: deque[_Request] = deque()
+        self._aborts: set[str] = set()
+        self._ids: set[str] = set()
+        self._lock = threading.Lock()
+        self.last_timing = StepTiming()
+
+    def _build_drafter(self, dtype: str | torch.dtype) -> Drafter:
+        assert self.spec is not None
+        method = self.spec.method or ""
+        options: dict[str, Any] = {k: v for k, v in self.spec.model_dump().items() if v is not None}
+        options.pop("method", None)
+        options.update(
+            max_batch=self.max_batch, max_model_len=self.max_model_len, dtype=dtype,
+            target_vocab_size=self.args.vocab_size, config=self.spec, speculative_config=self.spec,
+        )
+        from specgauge.drafters.base import _REGISTRY, _load_plugins
+
+        _load_plugins()
+        factory = _REGISTRY.get(method)
+        if factory is None:
+            return make_drafter(method)  # raises, naming the known kinds
+        params = inspect.signature(factory).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            options = {k: v for k, v in options.items() if k in params}
+        return make_drafter(method, **options)
+
+    # -- requests --------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise RequestError("the prompt is empty")
+        if any(not 0 <= t < self.args.vocab_size for t in prompt):
+            raise RequestError(f"prompt token ids must lie in [0, {self.args.vocab_size})")
+        if len(prompt) + params.max_tokens > self.max_model_len:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens; the request has "
+                f"{len(prompt)} prompt tokens and asks for max_tokens={params.max_tokens}"
+            )
+        with self._lock:
+            if request_id in self._ids:
+                raise RequestError(f"request id {request_id!r} is already in use")
+            self._ids.add(request_id)
+            stats = SpecStats(self.k) if self.k else None
+            self._incoming.append(_Request(request_id, prompt, params, make_generator(params.seed), stats))
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request at the next step; its slot is freed then."""
+        with self._lock:
+            if request_id in self._ids:
+                self._aborts.add(request_id)
+
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            return bool(self._incoming or self._waiting or self._running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting) + len(self._incoming)
+
+    def kv_cache_usage(self) -> float:
+        """Fraction of the target KV cache (max_batch x max_model_len tokens) holding live tokens."""
+        used = sum(r.cached for r in list(self._running.values()))
+        return used / (self.max_batch * self.max_model_len)
+
+    # -- the step --------------------------------------------------------------------------------
+    def step(self) -> list[StepOutput]:
+        outs: list[StepOutput] = []
+        with self._lock:
+            self._waiting.extend(self._incoming)
+            self._incoming.clear()
+            aborts, self._aborts = self._aborts, set()
+        for rid in aborts:
+            outs += self._finish_aborted(rid)
+        admitted: list[_Request] = []
+        while self._waiting and self._free:
+            r = self._waiting.popleft()
+            r.slot = self._free.pop()
+            self._running[r.id] = r
+            admitted.append(r)
+        decoding = [r for r in self._running.values() if r not in admitted]
+        timing = StepTiming(num_prefill=len(admitted), num_decode=len(decoding))
+        if decoding:
+            outs += self._decode(decoding, timing)
+        if admitted:
+            t0 = time.perf_counter()
+            outs += self._prefill(admitted)
+            timing.prefill_s = time.perf_counter() - t0
+        self.last_timing = timing
+        return outs
+
+    def _finish_aborted(self, rid: str) -> list[StepOutput]:
+        r = self._running.pop(rid, None)
+        if r is None:
+            r = next((w for w in self._waiting if w.id == rid), None)
+            if r is None:
+                return []
+            self._waiting.remove(r)
+        else:
+            self._release(r)
+        with self._lock:
+            self._ids.discard(rid)
+        return [self._output(r, [], 0, 0, [], True, "abort")]
+
+    def _release(self, r: _Request) -> None:
+        self._free.append(r.slot)
+        if self.drafter is not None:
+            self.drafter.end(r.id, r.output)
+
+    def _prefill(self, reqs: list[_Request]) -> list[StepOutput]:
+        T = max(len(r.prompt) for r in reqs)
+        tokens = torch.zeros(len(reqs), T, dtype=torch.long)
+        for i, r in enumerate(reqs):
+            tokens[i, : len(r.prompt)] = torch.tensor(r.prompt)
+            if self.drafter is not None:
+                self.drafter.begin(r.id, r.prompt)
+        last = torch.tensor([len(r.prompt) - 1 for r in reqs])
+        logits = self.model(tokens, torch.tensor([r.slot for r in reqs]), torch.zeros(len(reqs), dtype=torch.long),
+                            self.cache, last_only=last)  # [B, 1, V]
+        for r in reqs:
+            r.cached = len(r.prompt)
+        no_drafts = [[] for _ in reqs]
+        toks, _ = self._verify(reqs, no_drafts, logits)
+        return [self._emit(r, toks[i], 0, 0) for i, r in enumerate(reqs)]
+
+    def _decode(self, reqs: list[_Request], timing: StepTiming) -> list[StepOutput]:
+        t0 = time.perf_counter()
+        drafts = self._propose(reqs)
+        t1 = time.perf_counter()
+        K = max(len(d) for d in drafts)
+        tokens = torch.zeros(len(reqs), K + 1, dtype=torch.long)
+        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
+            tokens[i, : len(d) + 1] = torch.tensor([r.output[-1], *d])
+        start = torch.tensor([r.cached for r in reqs])
+        logits = self.model(tokens, torch.tensor([r.slot for r in reqs]), start, self.cache)  # [B, K+1, V]
+        toks, n_acc = self._verify(reqs, drafts, logits)
+        timing.draft_s, timing.verify_s = t1 - t0, time.perf_counter() - t1
+        outs = []
+        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
+            r.cached += 1 + n_acc[i]  # last token + accepted drafts; rejected ones are rolled back
+            if r.stats is not None:
+                r.stats.observe(len(d), n_acc[i])
+            outs.append(self._emit(r, toks[i], len(d), n_acc[i]))
+        return outs
+
+    def _propose(self, reqs: list[_Request]) -> list[list[int]]:
+        if self.drafter is None:
+            return [[] for _ in reqs]
+        ids = [r.id for r in reqs]
+        hists = [r.prompt + r.output for r in reqs]
+        ks = [min(self.k, self.max_model_len - len(h)) for h in hists]
+        batch = getattr(self.drafter, "propose_batch", None)
+        if batch is not None:
+            drafts = batch(ids, hists, ks)
+        else:
+            drafts = [self.drafter.propose(i, h, k) if k > 0 else [] for i, h, k in zip(ids, hists, ks, strict=True)]
+        return [list(d)[:k] for d, k in zip(drafts, ks, strict=True)]
+
+    def _verify(
+        self, reqs: list[_Request], drafts: list[list[int]], logits: torch.Tensor  # logits [B, K+1, V]
+    ) -> tuple[list[list[int]], list[int]]:
+        B, K1, V = logits.shape
+        K = K1 - 1
+        ps = [r.params for r in reqs]
+        rep = lambda xs: torch.tensor(xs).repeat_interleave(K1)  # noqa: E731
+        probs = logits_to_probs(
+            logits.reshape(B * K1, V), rep([p.temperature for p in ps]).float(),
+            rep([p.top_k for p in ps]).long(), rep([p.top_p for p in ps]).float(),
+        ).view(B, K1, V)
+        draft_t = torch.zeros(B, K, dtype=torch.long)
+        num_draft = torch.tensor([len(d) for d in drafts])
+        uniform = torch.zeros(B, K)
+        noise = torch.ones(B, K1, V)
+        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
+            if d:
+                draft_t[i, : len(d)] = torch.tensor(d)
+            if not r.params.greedy:  # each request's own generator: a seed reproduces it in any batch
+                uniform[i, : len(d)] = torch.rand(len(d), generator=r.gen)
+                noise[i, : len(d) + 1] = torch.empty(len(d) + 1, V).exponential_(generator=r.gen)
+        greedy = torch.tensor([p.greedy for p in ps])
+        out, n = rejection_sample(draft_t, num_draft, probs, None, greedy, uniform, noise)
+        n_list = n.tolist()
+        rows = out.tolist()
+        return [row[: n_list[i] + 1] for i, row in enumerate(rows)], n_list
+
+    def _emit(self, r: _Request, toks: list[int], drafted: int, accepted: int) -> StepOutput:
+        new: list[int] = []
+        reason: str | None = None
+        for t in toks:  # clip at max_tokens and at the first stop / EOS token
+            new.append(t)
+            r.output.append(t)
+            if t in r.params.stop_token_ids or (not r.params.ignore_eos and t in self.eos):
+                reason = "stop"
+            elif len(r.output) >= r.params.max_tokens:
+                reason = "length"
+            if reason:
+                break
+        flags = [i < accepted for i in range(drafted)]
+        if reason:
+            del self._running[r.id]
+            self._release(r)
+            with self._lock:
+                self._ids.discard(r.id)
+        return self._output(r, new, drafted, accepted, flags, reason is not None, reason)
+
+    def _output(
+        self, r: _Request, new: list[int], drafted: int, accepted: int, flags: list[bool], fin: bool, why: str | None
+    ) -> StepOutput:
+        return StepOutput(r.id, new, drafted, accepted, flags, fin, why, len(r.prompt), len(r.output), r.stats)
+
+
+def generate(engine: Engine, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[int]]:
+    """Run ``prompts`` to completion (all submitted at once) and return their output ids, in order."""
+    ids = [f"gen-{i}-{time.monotonic_ns()}" for i in range(len(prompts))]
+    for rid, p in zip(ids, prompts, strict=True):
+        engine.add_request(rid, p, params)
+    outputs: dict[str, list[int]] = {rid: [] for rid in ids}
+    while engine.has_unfinished():
+        for o in engine.step():
+            outputs[o.request_id] += o.new_token_ids
+    return [outputs[rid] for rid in ids]
