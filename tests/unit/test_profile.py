@@ -56,10 +56,10 @@ def test_hangul_share_and_languages() -> None:
         r = Request(id=str(i), api=ApiKind.chat, messages=[{"role": "user", "content": text}])  # type: ignore[list-item]
         return WorkloadItem(request=r, response=Response(text=out))
 
-    items = [chat(1, "안녕하세요", "네"), chat(2, "hello", "world")]  # 6 Hangul of 16 letters
-    p = profile_workload(items, ApproxTokenizer())
-    assert p.overall.hangul_share == pytest.approx(6 / 16)
-    assert p.overall.languages == {"en": 1, "ko": 1}
+    items = [chat(1, "안녕하세요 " * 4, "네 ok"), chat(2, "hello", "world"), chat(3, "def f(): return 1 # 네", "")]
+    p = profile_workload(items, ApproxTokenizer())  # Hangul 20+1+1 = 22 of 23+10+11 = 44 letters
+    assert p.overall.hangul_share == pytest.approx(22 / 44)
+    assert p.overall.languages == {"en": 2, "ko": 1}  # one Hangul char in code is not Korean
     assert not p.exact_tokens and any("approximate" in n for n in p.overall.notes)
 
 

@@ -21,6 +21,8 @@ from specgauge.workload.tokenizer import Tokenizer
 COPY_NGRAM = 3
 #: a single system/user turn this long is treated as retrieved context
 CONTEXT_MIN_CHARS = 1500
+#: a request is counted Korean with at least this many Hangul characters making this share of its letters
+KO_MIN_HANGUL, KO_MIN_SHARE = 20, 0.05
 _CONTEXT_FIELDS = ("documents", "context", "contexts", "retrieved", "passages", "retrieved_context")
 _PASSAGE_MARK = re.compile(r"(?m)^\s*(\[\d+\]|<document\b|<doc\b|<context\b|Document \d+|Passage \d+|문서 \d+)")
 
@@ -160,7 +162,9 @@ class _Acc:
         letters = sum(1 for ch in text if ch.isalpha())
         self.hangul += h
         self.letters += letters
-        self.lang["ko" if letters and h / letters >= 0.3 else ("en" if re.search(r"[A-Za-z]", text) else "other")] += 1
+        # Korean instructions around ASCII code or logs: a modest Hangul share already marks Korean
+        is_ko = h >= KO_MIN_HANGUL and h >= KO_MIN_SHARE * letters
+        self.lang["ko" if is_ko else ("en" if re.search(r"[A-Za-z]", text) else "other")] += 1
         if resp is not None:
             self.with_resp += 1
             if resp.tool_calls:
