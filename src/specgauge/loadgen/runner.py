@@ -27,6 +27,7 @@ from specgauge.workload.schema import ApiKind, Request
 
 ENDPOINTS = {ApiKind.chat: "/v1/chat/completions", ApiKind.completion: "/v1/completions"}
 _FINAL_KEYS = ("usage", "metrics", "timings", "meta_info")
+SPIN_S = 0.0015  #: see Runner._until
 
 
 @dataclass
@@ -313,6 +314,16 @@ class Runner:
             self.on_record(rec)
         return rec
 
+    async def _until(self, when: float) -> None:
+        """Sleeps until perf_counter() >= when. The event loop's timers wake up to ~1 ms late
+        (epoll's millisecond timeout), so the last ``SPIN_S`` are spent yielding (``sleep(0)``),
+        which keeps other requests' streams flowing while holding the send time to ~0.1 ms."""
+        delay = when - time.perf_counter() - SPIN_S
+        if delay > 0:
+            await asyncio.sleep(delay)
+        while time.perf_counter() < when:
+            await asyncio.sleep(0)
+
     # -- a planned run -------------------------------------------------------------------------
     async def run(self, plan: Sequence[tuple[int, Request, float]]) -> list[RequestRecord]:
         """Sends ``(index, request, scheduled offset)`` items on schedule; returns records in plan order.
@@ -325,9 +336,7 @@ class Runner:
         tasks: list[asyncio.Task[RequestRecord]] = []
         try:
             for index, req, at in plan:
-                delay = self.t0_perf + at - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await self._until(self.t0_perf + at)
                 tasks.append(loop.create_task(self.send(req, index, at)))
             return list(await asyncio.gather(*tasks))
         finally:

@@ -1,0 +1,187 @@
+"""Client overhead of the load generator, side by side with ``vllm bench serve``'s client.
+
+Prints ratios, asserts nothing (timing belongs here, not in tests):
+1. chunks per client CPU-second: the same fast loopback stream (the scripted server, in its own
+   process) read by specgauge's runner (timestamps and per-chunk token counts included) and by
+   vLLM's own request function (``vllm.benchmarks.lib.endpoint_request_func``) run in the vLLM venv
+   when one is installed. Goal: specgauge/vLLM >= 1.0.
+2. send-time lag (actual - scheduled) p50/p99 at 200 req/s, Poisson arrivals. Goal: p99 < 2 ms.
+3. for the record: aiohttp vs httpx reading the same stream (why the runner uses aiohttp).
+
+    python benchmarks/loadgen.py [--requests 40] [--tokens 2000] [--concurrency 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+SERVER = textwrap.dedent(
+    """
+    import sys, time
+    from specgauge.loadgen.fakeserver import FakeServer
+    with FakeServer(spec=False) as s:
+        print(s.port, flush=True)
+        sys.stdin.read()
+    """
+)
+
+SPECGAUGE_CLIENT = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    from specgauge.loadgen.dialects import get_dialect
+    from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+    from specgauge.workload.schema import ApiKind, Request
+    url, n, tokens, conc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    reqs = [Request(id=f"r{i}", api=ApiKind.completion, prompt=f"tokens:{tokens} per:1", max_tokens=tokens) for i in range(n)]
+    async def go():
+        async with new_session(conc) as s:
+            r = Runner(RunnerSettings(url, "fake", None, conc, 600.0), get_dialect("vllm"), s)
+            return await r.run([(i, q, 0.0) for i, q in enumerate(reqs)])
+    c0, w0 = time.process_time(), time.perf_counter()
+    recs = asyncio.run(go())
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    print(json.dumps({"chunks": sum(len(r.chunks) for r in recs), "ok": sum(r.ok for r in recs), "cpu": cpu, "wall": wall}))
+    """
+)
+
+VLLM_CLIENT = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    import aiohttp
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_completions
+    url, n, tokens, conc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    async def go():
+        sem = asyncio.Semaphore(conc)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=conc)) as s:
+            async def one(i):
+                inp = RequestFuncInput(prompt=f"tokens:{tokens} per:1", api_url=url + "/v1/completions",
+                                       prompt_len=5, output_len=tokens, model="fake")
+                async with sem:
+                    return await async_request_openai_completions(inp, session=s)
+            return await asyncio.gather(*[one(i) for i in range(n)])
+    c0, w0 = time.process_time(), time.perf_counter()
+    outs = asyncio.run(go())
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    print(json.dumps({"chunks": sum(len(o.itl) + 1 for o in outs if o.success), "ok": sum(o.success for o in outs),
+                      "cpu": cpu, "wall": wall}))
+    """
+)
+
+LAG_CLIENT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import numpy as np
+    from specgauge.loadgen.arrivals import GammaRate
+    from specgauge.loadgen.dialects import get_dialect
+    from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+    from specgauge.workload.schema import ApiKind, Request
+    url, n, rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    reqs = [Request(id=f"r{i}", api=ApiKind.completion, prompt="tokens:4 per:2", max_tokens=4) for i in range(n)]
+    times = GammaRate(rate, 1.0).times(n, seed=0)
+    async def go():
+        async with new_session(None) as s:
+            r = Runner(RunnerSettings(url, "fake", None, None, 60.0), get_dialect("vllm"), s)
+            return await r.run([(i, q, t) for i, (q, t) in enumerate(zip(reqs, times))])
+    recs = asyncio.run(go())
+    lag = np.array([r.sent_s - r.scheduled_s for r in recs]) * 1000
+    print(json.dumps({"ok": sum(r.ok for r in recs), "p50": float(np.percentile(lag, 50)), "p99": float(np.percentile(lag, 99)),
+                      "max": float(lag.max())}))
+    """
+)
+
+HTTP_LIBS = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    import aiohttp, httpx
+    url, tokens = sys.argv[1], int(sys.argv[2])
+    body = {"prompt": f"tokens:{tokens} per:1", "stream": True}
+    async def main():
+        out = {}
+        async with aiohttp.ClientSession() as c:
+            t = time.process_time()
+            async with c.post(url + "/v1/completions", json=body) as r:
+                async for b in r.content.iter_any():
+                    time.perf_counter()
+            out["aiohttp_cpu"] = time.process_time() - t
+        async with httpx.AsyncClient(timeout=None) as c:
+            t = time.process_time()
+            async with c.stream("POST", url + "/v1/completions", json=body) as r:
+                async for b in r.aiter_raw():
+                    time.perf_counter()
+            out["httpx_cpu"] = time.process_time() - t
+        print(json.dumps(out))
+    asyncio.run(main())
+    """
+)
+
+
+def py(code: str, *args: object, python: str = sys.executable) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([python, "-c", code, *map(str, args)], capture_output=True, text=True, env=env, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def vllm_python() -> str | None:
+    try:
+        from specgauge.vllm_env import vllm_python as find
+    except ImportError:
+        return None
+    p = find()
+    return str(p) if p else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--lag-requests", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=200.0)
+    a = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    srv = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert srv.stdout is not None
+        url = f"http://127.0.0.1:{srv.stdout.readline().strip()}"
+        print(f"server: scripted loopback stream, {a.requests} requests x {a.tokens} one-token chunks, concurrency {a.concurrency}")
+        sg = py(SPECGAUGE_CLIENT, url, a.requests, a.tokens, a.concurrency)
+        sg_rate = sg["chunks"] / sg["cpu"]
+        print(f"specgauge runner : {sg['chunks']:>8} chunks, {sg['cpu']:.2f} s client CPU -> {sg_rate:>10,.0f} chunks/CPU-s (wall {sg['wall']:.2f} s)")
+        vp = vllm_python()
+        if vp:
+            try:
+                vl = py(VLLM_CLIENT, url, a.requests, a.tokens, a.concurrency, python=vp)
+                vl_rate = vl["chunks"] / vl["cpu"]
+                print(f"vllm bench client: {vl['chunks']:>8} chunks, {vl['cpu']:.2f} s client CPU -> {vl_rate:>10,.0f} chunks/CPU-s (wall {vl['wall']:.2f} s)")
+                print(f"ratio specgauge / vllm bench serve (chunks per client CPU-second): {sg_rate / vl_rate:.2f}x  (goal >= 1.0x)")
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"vllm bench client: failed to run ({str(e).strip().splitlines()[-1] if str(e).strip() else e})")
+        else:
+            print("vllm bench client: no vLLM venv (scripts/install_vllm_cpu.sh) - ratio not measured")
+        lag = py(LAG_CLIENT, url, a.lag_requests, a.rate)
+        print(f"send lag at {a.rate:g} req/s ({a.lag_requests} requests, Poisson): p50 {lag['p50']:.3f} ms, p99 {lag['p99']:.3f} ms, "
+              f"max {lag['max']:.3f} ms  (goal p99 < 2 ms) -> {lag['p99'] / 2.0:.2f}x of budget")
+        hl = py(HTTP_LIBS, url, a.tokens * 10)
+        print(f"HTTP client CPU for one {a.tokens * 10}-chunk stream: aiohttp {hl['aiohttp_cpu']:.3f} s, httpx {hl['httpx_cpu']:.3f} s "
+              f"-> httpx/aiohttp {hl['httpx_cpu'] / max(hl['aiohttp_cpu'], 1e-9):.1f}x")
+    finally:
+        if srv.stdin:
+            srv.stdin.close()
+        srv.wait(10)
+
+
+if __name__ == "__main__":
+    main()
