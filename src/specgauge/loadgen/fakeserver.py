@@ -8,6 +8,11 @@ with ``continuous_usage_stats`` and ``--per-request-spec-decode-metrics``: every
 is one speculative step of k=``K`` drafted tokens with n-1 accepted, and ``/metrics`` exposes
 ``vllm:spec_decode_*`` counters that add up exactly those per-request numbers.
 
+``FakeServer(recording=...)`` replays a real server's recorded responses instead (see
+``tests/data/recorded/record.py``): the i-th completion request gets the i-th recorded body,
+byte chunk by byte chunk, and ``/metrics`` answers the recorded snapshot from before the first
+request until one has finished, the one from after the run from then on.
+
 Runs in a thread with its own event loop: ``with FakeServer() as srv: srv.base_url``.
 """
 
@@ -28,7 +33,9 @@ def parse_directive(text: str) -> dict[str, str]:
 
 
 class FakeServer:
-    def __init__(self, usage_per_chunk: bool = True, spec: bool = True) -> None:
+    def __init__(self, usage_per_chunk: bool = True, spec: bool = True, recording: dict[str, Any] | None = None) -> None:
+        self.recording = recording
+        self.replayed = 0
         self.usage_per_chunk = usage_per_chunk
         self.spec = spec
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "success": 0, "gen": 0}
@@ -121,6 +128,8 @@ class FakeServer:
         return "\n".join(out) + "\n"
 
     async def _handle(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> bool:
+        if self.recording is not None:
+            return await self._replay(path, w)
         if path == "/metrics":
             return await self._plain(w, 200, self.metrics_text().encode(), "text/plain; version=0.0.4")
         if path == "/v1/models":
@@ -220,6 +229,27 @@ class FakeServer:
             for n in spec_steps:
                 for i in range(n - 1):
                     self.per_pos[i] += 1
+        return await self._end(w, True)
+
+    async def _replay(self, path: str, w: asyncio.StreamWriter) -> bool:
+        rec = self.recording
+        assert rec is not None
+        if path == "/metrics":
+            text = rec["metrics_after"] if self.replayed else rec["metrics_before"]
+            return await self._plain(w, 200, text.encode(), "text/plain; version=0.0.4")
+        if path in rec.get("get", {}):
+            return await self._plain(w, 200, json.dumps(rec["get"][path]).encode())
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            return await self._plain(w, 404, b'{"error":{"message":"not recorded"}}')
+        resp = rec["responses"][self.requests % len(rec["responses"])]
+        self.requests += 1
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in resp["chunks"]:
+            b = piece.encode()
+            w.write(f"{len(b):x}\r\n".encode() + b + b"\r\n")
+            await w.drain()
+            await asyncio.sleep(0.001)
+        self.replayed += 1
         return await self._end(w, True)
 
     async def _end(self, w: asyncio.StreamWriter, keep: bool) -> bool:

