@@ -93,3 +93,13 @@ def test_detect() -> None:
     assert detect(Snapshot.parse("# TYPE vllm:x counter\nvllm:x_total 1\n")).name == "vllm"
     assert detect(None, {"data": [{"id": "m", "owned_by": "specgauge"}]}).name == "embedded"
     assert detect(None, None).name == "openai"
+
+
+def test_sglang_openai_usage_details() -> None:
+    d = get_dialect("sglang")
+    usage = {"completion_tokens": 30, "completion_tokens_details": {"accepted_prediction_tokens": 18, "rejected_prediction_tokens": 22}}
+    s = d.request_spec({"usage": usage})
+    assert s is not None and (s.draft_tokens, s.accepted_tokens, s.drafts) == (40, 18, None)
+    both = d.request_spec({"usage": usage, "meta_info": {"spec_verify_ct": 12}})
+    assert both is not None and (both.drafts, both.draft_tokens, both.accepted_tokens) == (12, 40, 18)
+    assert d.request_spec({"usage": {"completion_tokens": 3}}) is None

@@ -1,6 +1,9 @@
-"""SGLang: ``meta_info.spec_verify_ct`` per request and ``sglang:spec_accept_*`` gauges.
+"""SGLang: per-request draft counts in ``usage``/``meta_info``, ``sglang:spec_accept_*`` gauges.
 
-SGLang reports per request, when a speculative algorithm is on, ``meta_info.spec_verify_ct`` (verify
+On its OpenAI endpoints (recent SGLang, ``UsageProcessor``) the usage carries
+``completion_tokens_details.accepted_prediction_tokens`` and ``rejected_prediction_tokens``
+(draft tokens kept / proposed-but-rejected), which give draft and accepted tokens exactly; the
+number of verify steps (drafts) is not in that shape. SGLang's native responses report per request, when a speculative algorithm is on, ``meta_info.spec_verify_ct`` (verify
 steps = drafts) next to ``completion_tokens``; newer builds add explicit counts
 (``spec_accept_token_num`` / ``spec_num_correct_drafts``, ``spec_draft_token_num`` /
 ``spec_num_proposed_drafts``). Its mean acceptance length is completion_tokens / spec_verify_ct,
@@ -54,6 +57,16 @@ def spec_from_meta_info(meta: dict[str, Any], completion_tokens: int | None = No
     return SpecCounts(drafts=verify, draft_tokens=drafted, accepted_tokens=acc, source=source)
 
 
+def spec_from_usage_details(usage: dict[str, Any]) -> SpecCounts | None:
+    det = usage.get("completion_tokens_details")
+    if not isinstance(det, dict):
+        return None
+    acc, rej = _int(det.get("accepted_prediction_tokens")), _int(det.get("rejected_prediction_tokens"))
+    if acc is None or rej is None:
+        return None
+    return SpecCounts(draft_tokens=acc + rej, accepted_tokens=acc, source="sglang:usage.completion_tokens_details")
+
+
 class SGLangDialect(Dialect):
     name = "sglang"
     metric_prefix = "sglang"
@@ -62,11 +75,15 @@ class SGLangDialect(Dialect):
         return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
     def request_spec(self, final: dict[str, Any]) -> SpecCounts | None:
-        meta = _meta(final)
-        if meta is None:
-            return None
         usage = final.get("usage") if isinstance(final.get("usage"), dict) else {}
-        return spec_from_meta_info(meta, _int(usage.get("completion_tokens")))
+        meta = _meta(final)
+        from_meta = spec_from_meta_info(meta, _int(usage.get("completion_tokens"))) if meta is not None else None
+        from_usage = spec_from_usage_details(usage)
+        if from_usage is None:
+            return from_meta
+        if from_meta is not None and from_meta.drafts is not None:
+            from_usage.drafts = from_meta.drafts
+        return from_usage
 
     def request_extra(self, final: dict[str, Any]) -> dict[str, Any]:
         meta = _meta(final)

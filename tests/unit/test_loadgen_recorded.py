@@ -1,0 +1,47 @@
+"""Recorded (or, where the server cannot run here, synthesized and labelled) server responses
+replayed byte for byte through the scripted server into a full bench run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specgauge.bench import BenchConfig, run_bench
+from specgauge.loadgen.fakeserver import FakeServer
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "recorded"
+
+
+def replay(name: str, tmp: Path) -> dict:
+    rec = json.loads((DATA / name).read_text())
+    w = tmp / "w.jsonl"
+    n = len(rec["responses"])
+    w.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "p", "max_tokens": 64}) + "\n" for i in range(n)))
+    with FakeServer(recording=rec) as srv:
+        res = run_bench(BenchConfig(base_url=srv.base_url, workload=[w], output_dir=tmp / "o", max_concurrency=1, progress=False))
+    return res.summary
+
+
+def test_sglang_synthesized(tmp_path: Path) -> None:
+    s = replay("sglang_synthesized.json", tmp_path)
+    g = s["specgauge"]
+    assert g["dialect"] == "sglang" and s["failed"] == 0
+    tot = g["acceptance"]["per_request_total"]
+    assert (tot["draft_tokens"], tot["accepted_tokens"]) == (18 + 20 + 16, 8 + 5 + 12)
+    assert tot["source"] == "sglang:usage.completion_tokens_details"
+    assert not g["acceptance"]["counters"]["available"]  # SGLang has gauges, not counters
+    assert g["acceptance"]["server_gauges"] == {"sglang:spec_accept_length": 2.5, "sglang:spec_accept_rate": 0.4}
+    assert s["spec_decode_accepted_tokens"] == 25 and s["spec_decode_num_drafts"] is None
+    assert s["total_output_tokens"] == 12 + 20 + 16
+    assert g["latency"]["token_count_sources"] == {"usage": 3}
+    assert g["memory"]["kv_cache"] == {"kv_cache_usage": 0.03}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.json") if not p.name.startswith("sglang_synth")))
+def test_real_recordings_acceptance_equals_counters(name: str, tmp_path: Path) -> None:
+    s = replay(name, tmp_path)
+    acc = s["specgauge"]["acceptance"]
+    assert s["failed"] == 0
+    assert acc["agreement"]["compared"] and acc["agreement"]["equal"], acc["agreement"]
