@@ -126,6 +126,7 @@ class RequestRecord(BaseModel):
     index: int = Field(ge=0, description="position in the workload order")
     scheduled_s: float = Field(description="when the arrival process wanted it sent (s after run start)")
     sent_s: float = Field(description="when it was actually sent (s after run start)")
+    ready_s: float | None = Field(default=None, description="when the runner dispatched it, before waiting for a slot")
     started_at: float = Field(description="actual send time, Unix epoch seconds")
     ok: bool
     failure: FailureKind | None = None
@@ -146,7 +147,12 @@ class RequestRecord(BaseModel):
     @property
     def client_queue_s(self) -> float:
         """Time spent waiting for a concurrency slot (vLLM's client_queue_time)."""
-        return max(0.0, self.sent_s - self.scheduled_s)
+        return max(0.0, self.sent_s - (self.ready_s if self.ready_s is not None else self.scheduled_s))
+
+    @property
+    def send_lag_s(self) -> float:
+        """How late the load generator itself was: dispatch time - scheduled time."""
+        return (self.ready_s if self.ready_s is not None else self.sent_s) - self.scheduled_s
 
 
 class RunRecord(BaseModel):

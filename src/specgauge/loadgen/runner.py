@@ -242,15 +242,16 @@ class Runner:
 
     async def send(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
         """Waits for a slot, sends, classifies. Never raises except on cancellation."""
+        ready_s = time.perf_counter() - self.t0_perf
         if self._sem is not None:
             await self._sem.acquire()
         try:
-            return await self._send_now(req, index, scheduled_s)
+            return await self._send_now(req, index, scheduled_s, ready_s)
         finally:
             if self._sem is not None:
                 self._sem.release()
 
-    async def _send_now(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
+    async def _send_now(self, req: Request, index: int, scheduled_s: float, ready_s: float | None = None) -> RequestRecord:
         st = _Stream()
         sent = time.perf_counter()
         sent_s = sent - self.t0_perf
@@ -293,6 +294,7 @@ class Runner:
             index=index,
             scheduled_s=scheduled_s,
             sent_s=sent_s,
+            ready_s=ready_s,
             started_at=started_at,
             ok=failure is None,
             failure=failure,
