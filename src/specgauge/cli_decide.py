@@ -1,0 +1,81 @@
+"""``specgauge compare`` and ``specgauge report``: flags -> config -> one library call.
+
+Exit status of ``compare`` (for CI pipelines): 0 GO, 1 NO-GO, 3 INCONCLUSIVE; 2 is a user error
+(bad flag, unreadable run), as for every specgauge command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specgauge.cli import app, console, err_console, user_errors
+
+
+@app.command()
+@user_errors
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="Baseline: a bench output dir, a results.jsonl, or a simulate JSON.")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate (speculation on): same kinds as the baseline.")],
+    slo: Annotated[str | None, typer.Option("--slo", help="SLOs the candidate must meet, e.g. e2e_p95_ms=500,ttft_p95_ms=200,tpot_p95_ms=40.")] = None,
+    latency_metric: Annotated[str, typer.Option("--latency-metric", help="Latency statistic whose CI can also justify GO (ttft|tpot|e2e _p50|_p95).")] = "e2e_p95",
+    temperature: Annotated[float | None, typer.Option("--temperature", min=0, help="Temperature of every request (default: from the workload in run.json; unknown counts as > 0).")] = None,
+    scorer: Annotated[str | None, typer.Option("--scorer", help="module:function (baseline_text, candidate_text) -> float; > 0 means candidate better.")] = None,
+    max_divergence: Annotated[float, typer.Option("--max-divergence", min=0, max=1, help="Share of temperature-0 outputs allowed to differ before NO-GO.")] = 0.02,
+    max_failure_increase: Annotated[float, typer.Option("--max-failure-increase", min=0, max=1, help="Failure-rate rise (absolute) tolerated.")] = 0.005,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Speedup the CI must clear for GO.")] = 1.0,
+    min_pairs: Annotated[int, typer.Option("--min-pairs", min=1, help="Paired requests needed before judging.")] = 10,
+    resamples: Annotated[int, typer.Option("--resamples", min=2000, help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
+    show_mismatches: Annotated[int, typer.Option("--show-mismatches", min=0, help="Temperature-0 mismatches to print.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Paired A/B: speedup and latency deltas with bootstrap CIs, output equivalence, GO / NO-GO / INCONCLUSIVE.
+
+    Exit status: 0 GO, 1 NO-GO, 3 INCONCLUSIVE, 2 user error.
+    """
+    from specgauge.report.runs import CompareRequest, compare_paths
+    from specgauge.stats.compare import CompareConfig
+    from specgauge.stats.verdict import VerdictCriteria, metric_key, parse_slo
+
+    req = CompareRequest(
+        baseline=baseline, candidate=candidate, temperature=temperature, scorer=scorer,
+        config=CompareConfig(resamples=resamples, seed=seed),
+        criteria=VerdictCriteria(slo_ms=parse_slo(slo), latency_metric=metric_key(latency_metric, "--latency-metric"),
+                                 min_speedup=min_speedup, max_failure_increase=max_failure_increase,
+                                 max_divergence=max_divergence, min_pairs=min_pairs),
+    )
+    result = compare_paths(req)
+    if as_json:
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
+    else:
+        from specgauge.report.decide_console import render_comparison
+
+        render_comparison(result, console, mismatches=show_mismatches)
+    raise typer.Exit(result.verdict.exit_code)
+
+
+@app.command()
+@user_errors
+def report(
+    inputs: Annotated[list[Path], typer.Argument(help="Bench output dirs, results.jsonl, and JSON from profile / simulate / compare.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path("report.html"),
+    redact: Annotated[bool, typer.Option("--redact", help="Replace prompts and outputs by short hashes.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report's data as JSON to this file.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write one CSV row per bench run to this file.")] = None,
+    title: Annotated[str, typer.Option("--title", help="Report title.")] = "specgauge report",
+) -> None:
+    """One self-contained HTML report (plots embedded, nothing fetched when viewed), plus JSON / CSV."""
+    from specgauge.report.html import ReportConfig, write_report
+
+    res = write_report(ReportConfig(inputs=inputs, out=out, redact=redact, json_out=json_out, csv_out=csv_out, title=title))
+    for note in res.notes:
+        err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False, markup=True)
+    console.print(f"report written to {out.resolve()}", highlight=False)
+    for p in (json_out, csv_out):
+        if p is not None:
+            console.print(f"also {p.resolve()}", highlight=False)

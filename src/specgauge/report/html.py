@@ -1,0 +1,394 @@
+"""``specgauge report``: one self-contained HTML file, plus the same data as JSON and CSV.
+
+Self-contained: plotly's JavaScript is embedded inline once, every figure is a div plus an inline
+script; nothing is fetched when the file is viewed (no ``<script src=http…>``, no fonts, no CDN).
+Safety: every string from a run (prompts, outputs, ids, segment and file names) reaches the page
+through jinja2 autoescaping, or through plotly's JSON (which escapes ``<``) after HTML-escaping, so
+a ``<script>`` in a prompt is shown, never run. ``--redact`` replaces prompts and outputs by short
+hashes everywhere (HTML, JSON, CSV).
+
+Each section appears when its data was passed and says what to pass when it was not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html as _html
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from specgauge.errors import UserError
+from specgauge.report.runs import LoadedRun, load_run
+from specgauge.simulate.run import SimulateResult
+from specgauge.stats.compare import AcceptanceStats
+from specgauge.stats.latency import per_token_itls, tpot
+from specgauge.stats.verdict import ComparisonResult
+from specgauge.workload.profile import WorkloadProfile
+
+SAMPLES_PER_RUN = 20
+TEXT_CHARS = 400
+CDF_POINTS = 400
+
+
+class ReportError(UserError):
+    pass
+
+
+class ReportConfig(BaseModel):
+    inputs: list[Path] = Field(min_length=1)
+    out: Path = Path("report.html")
+    redact: bool = False
+    json_out: Path | None = None
+    csv_out: Path | None = None
+    title: str = "specgauge report"
+
+
+class RunRow(BaseModel):
+    """One bench run, summarised (also the CSV row)."""
+
+    label: str
+    path: str
+    speculative: bool | None
+    max_concurrency: int | None
+    requests: int
+    failed: int
+    output_throughput: float | None
+    ttft_p50_ms: float | None = None
+    ttft_p95_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p95_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position: list[float] = Field(default_factory=list)
+
+
+class Sample(BaseModel):
+    run: str
+    id: str
+    segment: str
+    ok: bool
+    output_tokens: int | None
+    prompt: str | None  #: None: the workload was not available
+    output: str
+
+
+class ReportData(BaseModel):
+    title: str
+    generated_at: float
+    redacted: bool
+    inputs: list[dict[str, str]]
+    profile: WorkloadProfile | None = None
+    simulations: dict[str, SimulateResult] = Field(default_factory=dict)
+    runs: list[RunRow] = Field(default_factory=list)
+    comparisons: list[ComparisonResult] = Field(default_factory=list)
+    samples: list[Sample] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def redact_text(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _pct(vals: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(vals, float), q)) if len(vals) else None
+
+
+def _throughput(run: LoadedRun) -> float | None:
+    s = run.summary or {}
+    v = s.get("output_throughput")
+    if isinstance(v, (int, float)):
+        return float(v)
+    recs = run.records
+    if not recs:
+        return None
+    t0 = min(r.started_at for r in recs)
+    dur = max(r.started_at + r.elapsed_s for r in recs) - t0
+    return sum(r.output_tokens or 0 for r in recs if r.ok) / dur if dur > 0 else None
+
+
+def run_row(run: LoadedRun) -> RunRow:
+    ok = [r for r in run.records if r.ok]
+    ttft = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
+    e2e = [r.e2e_s * 1000 for r in ok if r.e2e_s is not None]
+    tp = [t * 1000 for r in ok if (t := tpot(r)) is not None]
+    itl = [x * 1000 for r in ok for x in per_token_itls(r.chunks)]
+    acc = AcceptanceStats.of(run.records)
+    return RunRow(
+        label=run.label, path=str(run.path), speculative=run.speculative, max_concurrency=run.max_concurrency,
+        requests=len(run.records), failed=len(run.records) - len(ok), output_throughput=_throughput(run),
+        ttft_p50_ms=_pct(ttft, 50), ttft_p95_ms=_pct(ttft, 95), tpot_p50_ms=_pct(tp, 50), tpot_p95_ms=_pct(tp, 95),
+        itl_p50_ms=_pct(itl, 50), itl_p95_ms=_pct(itl, 95), e2e_p50_ms=_pct(e2e, 50), e2e_p95_ms=_pct(e2e, 95),
+        acceptance_rate=acc.acceptance_rate, mean_acceptance_length=acc.mean_acceptance_length, per_position=acc.per_position,
+    )
+
+
+def _redact_comparison(c: ComparisonResult) -> ComparisonResult:
+    c = c.model_copy(deep=True)
+    groups = ([c.overall] if c.overall else []) + list(c.segments.values())
+    for g in groups:
+        if g.equivalence is None:
+            continue
+        for m in g.equivalence.greedy.mismatches:
+            m.context = redact_text(m.context) if m.context else ""
+            m.baseline_continuation = redact_text(m.baseline_continuation)
+            m.candidate_continuation = redact_text(m.candidate_continuation)
+    return c
+
+
+def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
+    runs = [load_run(p) for p in cfg.inputs]
+    seen: dict[str, int] = {}
+    for r in runs:  # labels must tell the runs apart (same directory names under different parents)
+        seen[r.label] = seen.get(r.label, 0) + 1
+    for r in runs:
+        if seen[r.label] > 1:
+            r.label = str(r.path)
+    data = ReportData(title=cfg.title, generated_at=time.time(), redacted=cfg.redact,
+                      inputs=[{"label": r.label, "kind": r.kind, "path": str(r.path)} for r in runs])
+    for r in runs:
+        data.notes += r.notes
+        if r.kind == "profile":
+            if data.profile is not None:
+                data.notes.append(f"{r.path}: a second workload profile; the report shows the first")
+            else:
+                data.profile = r.profile
+        elif r.kind == "simulate":
+            assert r.simulate is not None
+            data.simulations[r.label] = r.simulate
+        elif r.kind == "compare":
+            assert r.compare is not None
+            data.comparisons.append(_redact_comparison(r.compare) if cfg.redact else r.compare)
+        else:
+            data.runs.append(run_row(r))
+            for rec in r.records[:SAMPLES_PER_RUN]:
+                prompt = r.prompts.get(rec.id)
+                if cfg.redact:
+                    prompt = None if prompt is None else redact_text(prompt)
+                    out = redact_text(rec.text)
+                else:
+                    prompt = None if prompt is None else prompt[:TEXT_CHARS]
+                    out = rec.text[:TEXT_CHARS]
+                data.samples.append(Sample(run=r.label, id=rec.id, segment=rec.segment, ok=rec.ok,
+                                           output_tokens=rec.output_tokens, prompt=prompt, output=out))
+    return data, runs
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def _label(s: str) -> str:
+    """Text for plotly labels: plotly reads a subset of HTML in labels, so escape it all."""
+    return _html.escape(s, quote=True)
+
+
+def _fig_html(fig: Any, div_id: str, height: int = 380) -> str:
+    left = max(60, fig.layout.margin.l or 0)
+    fig.update_layout(template="plotly_white", margin={"l": left, "r": 20, "t": 50, "b": 50}, height=height)
+    return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                           config={"displaylogo": False, "responsive": True}))
+
+
+def _cdf(vals: Sequence[float]) -> tuple[list[float], list[float]]:
+    a = np.sort(np.asarray(vals, float))
+    if a.size == 0:
+        return [], []
+    y = np.arange(1, a.size + 1) / a.size
+    if a.size > CDF_POINTS:
+        idx = np.unique(np.linspace(0, a.size - 1, CDF_POINTS).astype(int))
+        a, y = a[idx], y[idx]
+    return a.tolist(), y.tolist()
+
+
+def latency_figures(runs: Sequence[LoadedRun]) -> dict[str, str]:
+    import plotly.graph_objects as go
+
+    bench = [r for r in runs if r.kind in ("bench", "results")]
+    if not bench:
+        return {}
+    out = {}
+    for key, title, unit, get in (
+        ("ttft", "TTFT", "ms", lambda r: [x.ttft_s * 1000 for x in r.records if x.ok and x.ttft_s is not None]),
+        ("e2e", "End-to-end latency", "ms", lambda r: [x.e2e_s * 1000 for x in r.records if x.ok and x.e2e_s is not None]),
+        ("itl", "Inter-token latency (per token)", "ms",
+         lambda r: [v * 1000 for x in r.records if x.ok for v in per_token_itls(x.chunks)]),
+    ):
+        fig = go.Figure()
+        for r in bench:
+            xs, ys = _cdf(get(r))
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_label(r.label), line={"shape": "hv"}))
+        fig.update_layout(title=f"{title}: CDF per run", xaxis_title=f"{title} ({unit})", yaxis_title="share of requests" if key != "itl" else "share of tokens")
+        out[key] = _fig_html(fig, f"cdf-{key}")
+    return out
+
+
+def acceptance_figures(data: ReportData) -> dict[str, str]:
+    import plotly.graph_objects as go
+
+    out: dict[str, str] = {}
+    pos = go.Figure()
+    for label, sim in data.simulations.items():
+        for s in sim.overall.summaries:
+            if sim.overall.best_k.get(s.method) == s.k:
+                pos.add_trace(go.Scatter(x=list(range(len(s.per_position_rate))), y=s.per_position_rate, mode="lines+markers",
+                                         name=_label(f"{label}: {s.method} k={s.k} (simulated)")))
+    for row in data.runs:
+        if row.per_position:
+            pos.add_trace(go.Scatter(x=list(range(len(row.per_position))), y=row.per_position, mode="lines+markers",
+                                     name=_label(f"{row.label} (measured)"), line={"dash": "dot"}))
+    if pos.data:
+        pos.update_layout(title="Acceptance per draft position", xaxis_title="draft position", yaxis_title="acceptance rate",
+                          yaxis_range=[0, 1.02])
+        out["position"] = _fig_html(pos, "acc-position")
+    for i, (label, sim) in enumerate(data.simulations.items()):
+        rows = [("overall", sim.overall), *sim.segments.items()]
+        ylabels, z = [], []
+        for seg, sr in rows:
+            for m in sim.methods:
+                ylabels.append(_label(f"{seg} · {m}"))
+                by_k = {s.k: s.acceptance_rate for s in sr.summaries if s.method == m}
+                z.append([by_k.get(k) for k in sim.ks])
+        hm = go.Figure(go.Heatmap(z=z, x=[str(k) for k in sim.ks], y=ylabels, colorscale="Viridis", zmin=0, zmax=1,
+                                  colorbar={"title": "acc rate"},
+                                  text=[[("" if v is None else f"{v:.2f}") for v in row] for row in z], texttemplate="%{text}"))
+        hm.update_layout(title=_label(f"Simulated acceptance rate by segment, method and k ({label})"), xaxis_title="k (proposal length)")
+        hm.update_layout(margin={"l": 200})
+        out[f"heatmap-{i}"] = _fig_html(hm, f"acc-heatmap-{i}", height=max(320, 34 * len(ylabels) + 120))
+    return out
+
+
+def throughput_figure(data: ReportData) -> str | None:
+    import plotly.graph_objects as go
+
+    rows = [r for r in data.runs if r.max_concurrency is not None and r.output_throughput is not None]
+    if not rows:
+        return None
+    fig = go.Figure()
+    for spec, name in ((True, "with speculation"), (False, "without speculation"), (None, "speculation unknown")):
+        sel = sorted((r for r in rows if r.speculative is spec), key=lambda r: r.max_concurrency or 0)
+        if sel:
+            fig.add_trace(go.Scatter(x=[r.max_concurrency for r in sel], y=[r.output_throughput for r in sel], mode="lines+markers",
+                                     name=name, text=[_label(r.label) for r in sel], hovertemplate="%{text}<br>%{x}: %{y:.1f} tok/s"))
+    fig.update_layout(title="Output throughput vs concurrency", xaxis_title="max concurrency", yaxis_title="output tokens/s",
+                      xaxis_type="log")
+    return _fig_html(fig, "throughput")
+
+
+def measured_speedups(data: ReportData) -> list[dict[str, Any]]:
+    """Spec-on over spec-off output throughput at each concurrency both were run at."""
+    out = []
+    on = {r.max_concurrency: r for r in data.runs if r.speculative and r.max_concurrency and r.output_throughput}
+    off = {r.max_concurrency: r for r in data.runs if r.speculative is False and r.max_concurrency and r.output_throughput}
+    for c in sorted(set(on) & set(off)):
+        out.append({"concurrency": c, "speedup": on[c].output_throughput / off[c].output_throughput,  # type: ignore[operator]
+                    "with": on[c].label, "without": off[c].label})
+    return out
+
+
+def speedup_figure(data: ReportData) -> str | None:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for label, sim in data.simulations.items():
+        for m in sim.methods:
+            k = sim.overall.best_k.get(m)
+            ps = sorted((p for p in sim.overall.predictions if p.method == m and p.k == k and p.predicted_speedup is not None),
+                        key=lambda p: p.batch)
+            if ps:
+                fig.add_trace(go.Scatter(x=[p.batch for p in ps], y=[p.predicted_speedup for p in ps], mode="lines+markers",
+                                         name=_label(f"predicted: {m} k={k} ({label})")))
+    meas = measured_speedups(data)
+    if meas:
+        fig.add_trace(go.Scatter(x=[m["concurrency"] for m in meas], y=[m["speedup"] for m in meas], mode="markers",
+                                 marker={"size": 12, "symbol": "diamond"}, name="measured: bench runs with / without"))
+    for c in data.comparisons:
+        o = c.overall
+        if o is not None and o.speedup.estimate is not None and o.speedup.low is not None and o.speedup.high is not None:
+            x = c.candidate.max_concurrency or 1
+            fig.add_trace(go.Scatter(
+                x=[x], y=[o.speedup.estimate], mode="markers", marker={"size": 12, "symbol": "square"},
+                error_y={"type": "data", "symmetric": False, "array": [o.speedup.high - o.speedup.estimate],
+                         "arrayminus": [o.speedup.estimate - o.speedup.low]},
+                name=_label(f"measured (compare, 95 % CI): {c.candidate.label} vs {c.baseline.label}")))
+    if not fig.data:
+        return None
+    fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
+    fig.update_layout(title="Predicted vs measured speedup", xaxis_title="batch size / concurrency", yaxis_title="speedup (×)",
+                      xaxis_type="log")
+    return _fig_html(fig, "speedup")
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _fmt(v: Any, spec: str = "{:.1f}") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return spec.format(v)
+
+
+def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
+    import jinja2
+    import plotly.offline
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["f"] = _fmt
+    figs = {
+        "latency": {k: jinja2.utils.markupsafe.Markup(v) for k, v in latency_figures(runs).items()},
+        "acceptance": {k: jinja2.utils.markupsafe.Markup(v) for k, v in acceptance_figures(data).items()},
+        "throughput": jinja2.utils.markupsafe.Markup(t) if (t := throughput_figure(data)) else None,
+        "speedup": jinja2.utils.markupsafe.Markup(s) if (s := speedup_figure(data)) else None,
+    }
+    # "</" inside the inline library would end the script element early; plotly.min.js has none,
+    # but make sure for any version.
+    js = plotly.offline.get_plotlyjs().replace("</script", "<\\/script")
+    return env.get_template("report.html.j2").render(
+        d=data, figs=figs, plotly_js=jinja2.utils.markupsafe.Markup(js), measured=measured_speedups(data),
+        generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.generated_at)),
+    )
+
+
+def csv_rows(data: ReportData) -> list[dict[str, Any]]:
+    rows = []
+    for r in data.runs:
+        row = r.model_dump(exclude={"per_position"})
+        for i, v in enumerate(r.per_position):
+            row[f"pos{i}_acceptance"] = v
+        rows.append(row)
+    return rows
+
+
+class ReportResult(BaseModel):
+    out: Path
+    notes: list[str]
+
+
+def write_report(cfg: ReportConfig) -> ReportResult:
+    data, runs = build_report(cfg)
+    text = render_html(data, runs)
+    try:
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.out.write_text(text, encoding="utf-8")
+        if cfg.json_out is not None:
+            cfg.json_out.write_text(json.dumps(data.model_dump(mode="json"), ensure_ascii=False, indent=2), encoding="utf-8")
+        if cfg.csv_out is not None:
+            from specgauge.report.tables import write_csv
+
+            write_csv(csv_rows(data), cfg.csv_out)
+    except OSError as e:
+        raise ReportError(f"cannot write the report: {e}") from None
+    return ReportResult(out=cfg.out, notes=data.notes)

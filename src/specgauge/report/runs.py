@@ -1,0 +1,196 @@
+"""Load what the user passes to ``compare`` / ``report`` from disk, whatever it is.
+
+- a bench output directory (``results.jsonl`` + ``run.json`` + ``summary.json``), or a
+  ``results.jsonl`` alone;
+- a simulate result (``specgauge simulate --json``), a workload profile (``specgauge profile --json``),
+  a comparison (``specgauge compare --json``): JSON files told apart by their keys.
+For a bench run, the workload named in ``run.json`` is read (when it is still there) for each
+request's prompt and temperature: records keep timings and outputs, not the request.
+Bad input raises ``RunLoadError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specgauge.errors import UserError
+from specgauge.records import RequestRecord, ResultsFile
+from specgauge.simulate.run import SimulateResult
+from specgauge.stats.compare import CompareConfig, compare_simulations
+from specgauge.stats.equivalence import load_scorer
+from specgauge.stats.verdict import ComparisonResult, RunInfo, VerdictCriteria, decide, decide_simulations
+from specgauge.workload.profile import WorkloadProfile
+
+_CYCLE = re.compile(r"~r\d+$")  #: bench suffixes repeated requests' ids with ~rN
+
+
+class RunLoadError(UserError):
+    pass
+
+
+class LoadedRun(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    kind: Literal["bench", "results", "simulate", "profile", "compare"]
+    path: Path
+    label: str
+    records: list[RequestRecord] = Field(default_factory=list)
+    run: dict[str, Any] | None = None  #: run.json
+    summary: dict[str, Any] | None = None  #: summary.json
+    simulate: SimulateResult | None = None
+    profile: WorkloadProfile | None = None
+    compare: ComparisonResult | None = None
+    prompts: dict[str, str] = Field(default_factory=dict)  #: request id -> prompt text (from the workload)
+    temperatures: dict[str, float | None] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float | None:
+        d = (self.summary or {}).get("duration")
+        return float(d) if isinstance(d, (int, float)) and d > 0 else None
+
+    @property
+    def max_concurrency(self) -> int | None:
+        c = ((self.run or {}).get("config") or {}).get("max_concurrency")
+        if isinstance(c, int):
+            return c
+        peak = (self.summary or {}).get("max_concurrent_requests")
+        return peak if isinstance(peak, int) and peak > 0 else None
+
+    @property
+    def speculative(self) -> bool | None:
+        """True when the server drafted tokens (per-request counts or counters), None when unknown."""
+        if any(r.spec is not None and r.spec.draft_tokens for r in self.records):
+            return True
+        if self.summary is not None:
+            return bool(self.summary.get("spec_decode_draft_tokens"))
+        return None
+
+    def info(self) -> RunInfo:
+        return RunInfo(label=self.label, path=str(self.path), kind=self.kind, requests=len(self.records) or None,
+                       max_concurrency=self.max_concurrency, speculative=self.speculative, duration_s=self.duration_s)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunLoadError(f"{path}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise RunLoadError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
+
+
+def _records(path: Path) -> list[RequestRecord]:
+    try:
+        recs = ResultsFile(path).existing()
+    except ValueError as e:
+        raise RunLoadError(str(e)) from None
+    except OSError as e:
+        raise RunLoadError(f"{path}: cannot read: {e}") from None
+    if not recs:
+        raise RunLoadError(f"{path}: no request records")
+    return recs
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}"
+
+
+def _workload_requests(run: LoadedRun) -> None:
+    """Fill prompts and temperatures from the workload that run.json names, when it still exists."""
+    cfg = (run.run or {}).get("config") or {}
+    paths = [Path(p) for p in cfg.get("workload") or []]
+    if not paths:
+        return
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        run.notes.append(f"{run.label}: workload {missing[0]} not found: prompts and temperatures unknown")
+        return
+    from specgauge.workload.loaders import LoadOptions, load_workload
+
+    try:
+        items = load_workload(paths, LoadOptions(segment_by=cfg.get("segment_by"), skip_invalid=True))
+    except UserError as e:
+        run.notes.append(f"{run.label}: workload not readable ({e}): prompts and temperatures unknown")
+        return
+    by_id = {it.request.id: it.request for it in items}
+    for r in run.records:
+        req = by_id.get(r.id) or by_id.get(_CYCLE.sub("", r.id))
+        if req is not None:
+            run.prompts[r.id] = req.prompt_text()
+            run.temperatures[r.id] = req.temperature
+
+
+def load_run(path: str | Path, label: str | None = None) -> LoadedRun:
+    p = Path(path)
+    name = label or (p.name if p.name != "results.jsonl" else p.parent.name)
+    if p.is_dir():
+        if not (p / "results.jsonl").exists():
+            raise RunLoadError(f"{p}: not a bench output directory (no results.jsonl)")
+        run = LoadedRun(kind="bench", path=p, label=name, records=_records(p / "results.jsonl"))
+        if (p / "run.json").exists():
+            run.run = _read_json(p / "run.json")
+        if (p / "summary.json").exists():
+            run.summary = _read_json(p / "summary.json")
+        _workload_requests(run)
+        return run
+    if not p.exists():
+        raise RunLoadError(f"{p}: no such file or directory")
+    if p.suffix == ".jsonl":
+        run = LoadedRun(kind="results", path=p, label=name, records=_records(p))
+        for side in ("run.json", "summary.json"):
+            if (p.parent / side).exists():
+                setattr(run, side.split(".")[0], _read_json(p.parent / side))
+        _workload_requests(run)
+        return run
+    data = _read_json(p)
+    if not isinstance(data, dict):
+        raise RunLoadError(f"{p}: expected a JSON object from specgauge (compare, simulate or profile --json)")
+    try:
+        if data.get("kind") == "specgauge.compare":
+            return LoadedRun(kind="compare", path=p, label=name, compare=ComparisonResult.model_validate(data))
+        if {"methods", "ks", "overall"} <= data.keys():
+            return LoadedRun(kind="simulate", path=p, label=name, simulate=SimulateResult.model_validate(data))
+        if {"exact_tokens", "overall", "segments"} <= data.keys():
+            return LoadedRun(kind="profile", path=p, label=name, profile=WorkloadProfile.model_validate(data))
+    except ValidationError as e:
+        raise RunLoadError(f"{p}: {_first_error(e)}") from None
+    raise RunLoadError(f"{p}: not a specgauge result (expected a bench output dir, results.jsonl, "
+                       "or the JSON of compare / simulate / profile)")
+
+
+class CompareRequest(BaseModel):
+    """Everything ``specgauge compare`` needs: the CLI fills it from flags."""
+
+    baseline: Path
+    candidate: Path
+    config: CompareConfig = Field(default_factory=CompareConfig)
+    criteria: VerdictCriteria = Field(default_factory=VerdictCriteria)
+    temperature: float | None = Field(default=None, ge=0)
+    scorer: str | None = None
+
+
+def compare_paths(req: CompareRequest) -> ComparisonResult:
+    """Load both runs, compare, check equivalence, judge."""
+    b, c = load_run(req.baseline), load_run(req.candidate)
+    if b.label == c.label:
+        b.label, c.label = f"baseline:{b.label}", f"candidate:{c.label}"
+    if b.kind == "simulate" and c.kind == "simulate":
+        assert b.simulate is not None and c.simulate is not None
+        return decide_simulations(compare_simulations(b.simulate, c.simulate), b.info(), c.info(), req.config, req.criteria)
+    for r in (b, c):
+        if r.kind not in ("bench", "results"):
+            raise RunLoadError(f"{r.path}: a {r.kind} result cannot be compared; pass two bench runs (or two simulate results)")
+    temps = {**c.temperatures, **b.temperatures}
+    src = "the workload named in run.json" if temps else ""
+    scorer = (req.scorer, load_scorer(req.scorer)) if req.scorer else None
+    res = decide(b.records, c.records, b.info(), c.info(), req.config, req.criteria,
+                 temperatures=temps, temperature=req.temperature, temperature_source=src, scorer=scorer)
+    res.notes = b.notes + c.notes + res.notes
+    return res

@@ -1,0 +1,399 @@
+"""Paired A/B comparison of two benchmark runs with bootstrap confidence intervals.
+
+Knows nothing about files or printing: record lists in, pydantic data out.
+
+Pairing: requests are matched by id; only pairs where *both* sides succeeded enter the latency and
+speedup figures (the unpaired and failed counts are reported beside them). When the runs share no
+id (different workloads) the two samples are resampled independently instead, and the result says so.
+
+Figures, candidate against baseline, per segment and overall:
+- ``speedup``: output tokens per second of request time, candidate over baseline, as a ratio of sums
+      speedup = (Σ tok_c / Σ e2e_c) / (Σ tok_b / Σ e2e_b)
+  over the pairs. It is resampleable (a run-level throughput needs the run's duration, which a
+  resample has not); the measured run-level output-throughput ratio is reported beside it when
+  both durations are known.
+- TTFT / TPOT / E2E at p50 and p95: candidate − baseline in ms (negative = candidate faster).
+- failure rate: candidate − baseline, over the requests each run sent (paired by id where possible).
+- the candidate's acceptance (rate, MAL, per position) from its per-request speculative counts.
+CIs: percentile bootstrap, ``resamples`` ≥ 2000 index sets drawn with numpy's seeded generator,
+the same index set applied to both sides of a pair (paired bootstrap), vectorised in blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from specgauge.records import RequestRecord, SpecCounts
+from specgauge.simulate.run import SegmentResult, SimulateResult
+from specgauge.stats.equivalence import EquivalenceResult
+from specgauge.stats.latency import tpot
+
+LATENCY_METRICS = ("ttft", "tpot", "e2e")
+LATENCY_STATS = {"p50": 50.0, "p95": 95.0}
+_BLOCK_ELEMS = 2_000_000  # resample-matrix elements per block (bounds memory for big runs)
+
+
+class CompareConfig(BaseModel):
+    resamples: int = Field(default=2000, ge=2000, description="bootstrap resamples (>= 2000)")
+    seed: int = 0
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+
+
+class CI(BaseModel):
+    """A point estimate with its bootstrap confidence interval; None with a reason when undefined."""
+
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    n: int = 0
+    reason: str | None = None
+
+    @property
+    def width(self) -> float | None:
+        return None if self.low is None or self.high is None else self.high - self.low
+
+
+class MetricDelta(BaseModel):
+    """One latency statistic (e.g. E2E p95) in both runs and the candidate − baseline difference."""
+
+    metric: Literal["ttft", "tpot", "e2e"]
+    stat: Literal["p50", "p95"]
+    baseline_ms: float | None = None
+    candidate_ms: float | None = None
+    delta_ms: CI
+    ratio: float | None = None  #: candidate / baseline
+
+    @property
+    def key(self) -> str:
+        return f"{self.metric}_{self.stat}"
+
+
+class AcceptanceStats(BaseModel):
+    """The candidate's draft acceptance (vLLM's definitions), summed over its successful requests."""
+
+    available: bool
+    reason: str | None = None
+    source: str | None = None
+    requests_with_counts: int = 0
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    per_position: list[float] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, records: Sequence[RequestRecord]) -> AcceptanceStats:
+        ok = [r for r in records if r.ok]
+        specs = [r.spec for r in ok if r.spec is not None]
+        if not specs:
+            why = "no successful request" if not ok else "no per-request speculative counts (speculation off, or not exposed)"
+            return cls(available=False, reason=why)
+        return cls.from_counts(SpecCounts.total(specs), len(specs))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_counts(cls, s: SpecCounts, n: int) -> AcceptanceStats:
+        def fin(v: float) -> float | None:
+            return None if math.isnan(v) else v
+
+        return cls(
+            available=True, source=s.source or None, requests_with_counts=n, drafts=s.drafts,
+            draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens, acceptance_rate=fin(s.acceptance_rate),
+            mean_acceptance_length=fin(s.mean_acceptance_length), per_position=s.per_position_rate,
+        )
+
+
+class GroupComparison(BaseModel):
+    """The comparison for one group of requests: one segment, or all of them ("overall")."""
+
+    group: str
+    paired: bool  #: True: paired bootstrap over request pairs; False: independent resampling
+    pairs: int  #: ids present and successful in both runs
+    baseline_requests: int
+    candidate_requests: int
+    baseline_failed: int
+    candidate_failed: int
+    baseline_only: int  #: ids only the baseline has
+    candidate_only: int  #: ids only the candidate has
+    failed_in_a_pair: int  #: ids both runs have where at least one side failed
+    speedup: CI
+    measured_throughput_ratio: float | None = None  #: run-level output throughput, candidate / baseline
+    latency: list[MetricDelta]
+    failure_rate_baseline: float | None = None
+    failure_rate_candidate: float | None = None
+    failure_rate_diff: CI
+    acceptance: AcceptanceStats
+    equivalence: EquivalenceResult | None = None  #: filled in by ``verdict.decide``
+    notes: list[str] = Field(default_factory=list)
+
+    def metric(self, key: str) -> MetricDelta | None:
+        return next((m for m in self.latency if m.key == key), None)
+
+
+# ---------------------------------------------------------------------------- bootstrap
+
+
+def bootstrap(
+    stat: Callable[..., np.ndarray], sizes: Sequence[int], cfg: CompareConfig,
+) -> tuple[float, float, float]:
+    """Point estimate and percentile CI of ``stat``.
+
+    ``stat(*idx)`` takes one int index matrix per sample, shape (b, n_i), and returns shape (b,).
+    One size: a paired bootstrap (one index set for both sides of each pair). Several sizes: each
+    sample resampled on its own. NaN resample values (e.g. a zero denominator) are dropped.
+    """
+    rng = np.random.default_rng(cfg.seed)
+    point = float(stat(*[np.arange(n)[None, :] for n in sizes])[0])
+    block = max(1, _BLOCK_ELEMS // max(1, sum(sizes)))
+    vals: list[np.ndarray] = []
+    left = cfg.resamples
+    while left > 0:
+        b = min(block, left)
+        vals.append(stat(*[rng.integers(0, n, size=(b, n)) for n in sizes]))
+        left -= b
+    v = np.concatenate(vals)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return point, math.nan, math.nan
+    a = (1.0 - cfg.confidence) / 2.0
+    lo, hi = np.percentile(v, [100 * a, 100 * (1 - a)])
+    return point, float(lo), float(hi)
+
+
+def _ci(point: float, lo: float, hi: float, n: int) -> CI:
+    if not math.isfinite(point):
+        return CI(n=n, reason="undefined on this data (a zero denominator)")
+    return CI(estimate=point, low=lo if math.isfinite(lo) else None, high=hi if math.isfinite(hi) else None, n=n)
+
+
+def _ratio_of_sums(num_c: np.ndarray, den_c: np.ndarray, num_b: np.ndarray, den_b: np.ndarray) -> Callable[..., np.ndarray]:
+    def stat(*idx: np.ndarray) -> np.ndarray:
+        ib, ic = (idx[0], idx[0]) if len(idx) == 1 else idx
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rc = num_c[ic].sum(1) / den_c[ic].sum(1)
+            rb = num_b[ib].sum(1) / den_b[ib].sum(1)
+            return rc / rb
+
+    return stat
+
+
+def _pct_delta(b: np.ndarray, c: np.ndarray, q: float) -> Callable[..., np.ndarray]:
+    def stat(*idx: np.ndarray) -> np.ndarray:
+        ib, ic = (idx[0], idx[0]) if len(idx) == 1 else idx
+        return np.percentile(c[ic], q, axis=1) - np.percentile(b[ib], q, axis=1)
+
+    return stat
+
+
+def _mean_delta(b: np.ndarray, c: np.ndarray) -> Callable[..., np.ndarray]:
+    def stat(*idx: np.ndarray) -> np.ndarray:
+        ib, ic = (idx[0], idx[0]) if len(idx) == 1 else idx
+        return c[ic].mean(1) - b[ib].mean(1)
+
+    return stat
+
+
+# ---------------------------------------------------------------------------- per-request values
+
+
+def _value(r: RequestRecord, metric: str) -> float | None:
+    if metric == "ttft":
+        return r.ttft_s
+    if metric == "e2e":
+        return r.e2e_s
+    return tpot(r)
+
+
+def _pair_arrays(pairs: Sequence[tuple[RequestRecord, RequestRecord]], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    b, c = [], []
+    for rb, rc in pairs:
+        vb, vc = _value(rb, metric), _value(rc, metric)
+        if vb is not None and vc is not None:
+            b.append(vb * 1000.0)
+            c.append(vc * 1000.0)
+    return np.asarray(b, dtype=float), np.asarray(c, dtype=float)
+
+
+def _side_array(recs: Sequence[RequestRecord], metric: str) -> np.ndarray:
+    return np.asarray([v * 1000.0 for r in recs if r.ok and (v := _value(r, metric)) is not None], dtype=float)
+
+
+def _throughput_arrays(recs: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray]:
+    tok = [float(r.output_tokens) for r in recs if r.ok and r.output_tokens and r.e2e_s]
+    e2e = [float(r.e2e_s) for r in recs if r.ok and r.output_tokens and r.e2e_s]  # type: ignore[misc]
+    return np.asarray(tok), np.asarray(e2e)
+
+
+# ---------------------------------------------------------------------------- the comparison
+
+
+def compare_group(
+    group: str,
+    baseline: Sequence[RequestRecord],
+    candidate: Sequence[RequestRecord],
+    cfg: CompareConfig,
+    durations: tuple[float | None, float | None] = (None, None),
+) -> GroupComparison:
+    """Compare one group. ``durations`` (baseline, candidate) give the run-level throughput ratio."""
+    bmap = {r.id: r for r in baseline}
+    cmap = {r.id: r for r in candidate}
+    common = [i for i in bmap if i in cmap]
+    pairs = [(bmap[i], cmap[i]) for i in common if bmap[i].ok and cmap[i].ok]
+    paired = bool(pairs)
+    notes: list[str] = []
+    if not common and baseline and candidate:
+        notes.append("the runs share no request id: samples resampled independently (unpaired)")
+    elif common and not pairs:
+        notes.append("no request id succeeded in both runs: samples resampled independently (unpaired)")
+
+    # speedup
+    if paired:
+        ok = [(b, c) for b, c in pairs if b.output_tokens and c.output_tokens and b.e2e_s and c.e2e_s]
+        tb = np.asarray([float(b.output_tokens) for b, _ in ok])  # type: ignore[arg-type]
+        eb = np.asarray([float(b.e2e_s) for b, _ in ok])  # type: ignore[arg-type]
+        tc = np.asarray([float(c.output_tokens) for _, c in ok])  # type: ignore[arg-type]
+        ec = np.asarray([float(c.e2e_s) for _, c in ok])  # type: ignore[arg-type]
+        sizes: list[int] = [len(ok)]
+    else:
+        tb, eb = _throughput_arrays(baseline)
+        tc, ec = _throughput_arrays(candidate)
+        sizes = [len(tb), len(tc)]
+    if min(sizes, default=0) == 0:
+        speedup = CI(reason="no successful request with output tokens and an end time on both sides")
+    else:
+        speedup = _ci(*bootstrap(_ratio_of_sums(tc, ec, tb, eb), sizes, cfg), n=min(sizes))
+
+    # latency deltas
+    deltas: list[MetricDelta] = []
+    for metric in LATENCY_METRICS:
+        if paired:
+            b, c = _pair_arrays(pairs, metric)
+            msizes = [b.size]
+        else:
+            b, c = _side_array(baseline, metric), _side_array(candidate, metric)
+            msizes = [b.size, c.size]
+        for stat, q in LATENCY_STATS.items():
+            if min(msizes) == 0:
+                why = "no request had two output tokens" if metric == "tpot" else "no successful request on one side"
+                deltas.append(MetricDelta(metric=metric, stat=stat, delta_ms=CI(reason=why)))  # type: ignore[arg-type]
+                continue
+            pb, pc = float(np.percentile(b, q)), float(np.percentile(c, q))
+            d = _ci(*bootstrap(_pct_delta(b, c, q), msizes, cfg), n=min(msizes))
+            deltas.append(MetricDelta(metric=metric, stat=stat, baseline_ms=pb, candidate_ms=pc, delta_ms=d,  # type: ignore[arg-type]
+                                      ratio=pc / pb if pb > 0 else None))
+
+    # failure rate (over requests sent; paired by id where possible)
+    if common:
+        fb = np.asarray([0.0 if bmap[i].ok else 1.0 for i in common])
+        fc = np.asarray([0.0 if cmap[i].ok else 1.0 for i in common])
+        fsizes = [len(common)]
+    else:
+        fb = np.asarray([0.0 if r.ok else 1.0 for r in baseline])
+        fc = np.asarray([0.0 if r.ok else 1.0 for r in candidate])
+        fsizes = [len(fb), len(fc)]
+    if min(fsizes, default=0) == 0:
+        fdiff = CI(reason="a run has no requests")
+    else:
+        fdiff = _ci(*bootstrap(_mean_delta(fb, fc), fsizes, cfg), n=min(fsizes))
+
+    rb = _measured_ratio(baseline, candidate, durations)
+    nb_fail = sum(not r.ok for r in baseline)
+    nc_fail = sum(not r.ok for r in candidate)
+    return GroupComparison(
+        group=group, paired=paired, pairs=len(pairs),
+        baseline_requests=len(baseline), candidate_requests=len(candidate),
+        baseline_failed=nb_fail, candidate_failed=nc_fail,
+        baseline_only=sum(i not in cmap for i in bmap), candidate_only=sum(i not in bmap for i in cmap),
+        failed_in_a_pair=len(common) - len(pairs),
+        speedup=speedup, measured_throughput_ratio=rb, latency=deltas,
+        failure_rate_baseline=nb_fail / len(baseline) if baseline else None,
+        failure_rate_candidate=nc_fail / len(candidate) if candidate else None,
+        failure_rate_diff=fdiff, acceptance=AcceptanceStats.of(candidate), notes=notes,
+    )
+
+
+def _measured_ratio(
+    baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord], durations: tuple[float | None, float | None]
+) -> float | None:
+    db, dc = durations
+    if not db or not dc:
+        return None
+    tb = sum(r.output_tokens or 0 for r in baseline if r.ok) / db
+    tc = sum(r.output_tokens or 0 for r in candidate if r.ok) / dc
+    return tc / tb if tb > 0 else None
+
+
+def segments_of(baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord]) -> dict[str, tuple[list[RequestRecord], list[RequestRecord]]]:
+    """Records grouped by segment (the baseline's segment label wins for a paired id)."""
+    seg_of = {r.id: r.segment for r in candidate}
+    seg_of.update({r.id: r.segment for r in baseline})
+    out: dict[str, tuple[list[RequestRecord], list[RequestRecord]]] = {}
+    for r in baseline:
+        out.setdefault(seg_of[r.id], ([], []))[0].append(r)
+    for r in candidate:
+        out.setdefault(seg_of[r.id], ([], []))[1].append(r)
+    return dict(sorted(out.items()))
+
+
+def compare_records(
+    baseline: Sequence[RequestRecord],
+    candidate: Sequence[RequestRecord],
+    cfg: CompareConfig | None = None,
+    durations: tuple[float | None, float | None] = (None, None),
+) -> tuple[GroupComparison, dict[str, GroupComparison]]:
+    """Overall and per-segment comparisons (segments only when there is more than one)."""
+    cfg = cfg or CompareConfig()
+    overall = compare_group("overall", baseline, candidate, cfg, durations)
+    segs = segments_of(baseline, candidate)
+    per = {} if len(segs) <= 1 else {s: compare_group(s, b, c, cfg) for s, (b, c) in segs.items()}
+    return overall, per
+
+
+# ---------------------------------------------------------------------------- simulation results
+
+
+class SimulationDelta(BaseModel):
+    """One (segment, method, k) replayed in both simulate results: acceptance side by side.
+
+    Simulate JSON carries aggregates only (no per-request rows), so there is no CI here."""
+
+    segment: str
+    method: str
+    k: int
+    baseline_acceptance_rate: float | None = None
+    candidate_acceptance_rate: float | None = None
+    baseline_mal: float | None = None
+    candidate_mal: float | None = None
+    batch: int | None = None
+    baseline_predicted_speedup: float | None = None
+    candidate_predicted_speedup: float | None = None
+
+
+def compare_simulations(baseline: SimulateResult, candidate: SimulateResult) -> list[SimulationDelta]:
+    """Rows for every (segment, method, k) present in both results ("overall" first)."""
+    out: list[SimulationDelta] = []
+    groups = [("overall", baseline.overall, candidate.overall)]
+    groups += [(s, baseline.segments[s], candidate.segments[s]) for s in baseline.segments if s in candidate.segments]
+    batch = next((b for b in baseline.batch_sizes if b in candidate.batch_sizes), None)
+    for name, sb, sc in groups:
+        cmap = {(x.method, x.k): x for x in sc.summaries}
+        for xb in sb.summaries:
+            xc = cmap.get((xb.method, xb.k))
+            if xc is None:
+                continue
+
+            def pred(seg: SegmentResult, m: str = xb.method, k: int = xb.k) -> float | None:
+                return next((p.predicted_speedup for p in seg.predictions if p.method == m and p.k == k and p.batch == batch), None)
+
+            out.append(SimulationDelta(
+                segment=name, method=xb.method, k=xb.k,
+                baseline_acceptance_rate=xb.acceptance_rate, candidate_acceptance_rate=xc.acceptance_rate,
+                baseline_mal=xb.mean_acceptance_length, candidate_mal=xc.mean_acceptance_length, batch=batch,
+                baseline_predicted_speedup=pred(sb), candidate_predicted_speedup=pred(sc),
+            ))
+    return out

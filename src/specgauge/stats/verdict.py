@@ -1,0 +1,322 @@
+"""GO / NO-GO / INCONCLUSIVE: turn a comparison into a decision with reasons in plain words.
+
+Rules, per segment and overall (``VerdictCriteria`` holds the thresholds):
+- NO-GO when any of: the speedup CI lies entirely below ``min_speedup`` (the candidate is slower);
+  the candidate misses an SLO (``--slo e2e_p95_ms=…``: its measured value is above the limit); its
+  failure rate is higher by more than ``max_failure_increase`` and the CI of the difference
+  excludes 0; at temperature 0 more than ``max_divergence`` of the output pairs differ.
+- GO when there is no NO-GO reason, nothing blocks (too few pairs, an unsure failure-rate rise, a
+  sampled-output distribution that differs, an SLO that cannot be checked), and either the speedup
+  CI lies entirely above ``min_speedup`` or the chosen latency statistic's CI (candidate −
+  baseline) lies entirely below 0.
+- INCONCLUSIVE otherwise, with an estimate of the paired requests that would settle it: a CI's
+  half-width h shrinks as 1/√n, so an effect d away from the threshold is resolved at
+  n' ≈ n·(h/d)².
+Exit status for CI pipelines: 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 stays "user error").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from specgauge.errors import UserError
+from specgauge.records import RequestRecord
+from specgauge.stats.compare import (
+    LATENCY_METRICS, LATENCY_STATS, CompareConfig, GroupComparison, SimulationDelta, compare_records, segments_of,
+)
+from specgauge.stats.equivalence import EquivalenceResult, Scorer, check_equivalence
+
+_METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
+_SLO_RE = re.compile(r"^(ttft|tpot|e2e|e2el)_(p50|p95)(?:_ms)?$")
+EXIT_CODES = {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}
+
+
+class VerdictError(UserError):
+    """A bad --slo / --latency-metric value."""
+
+
+class Verdict(str, Enum):
+    GO = "GO"
+    NO_GO = "NO-GO"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+
+class VerdictCriteria(BaseModel):
+    slo_ms: dict[str, float] = Field(default_factory=dict)  #: e.g. {"e2e_p95": 500.0}
+    latency_metric: str = "e2e_p95"  #: the latency statistic whose CI can also justify GO
+    min_speedup: float = Field(default=1.0, gt=0)
+    max_failure_increase: float = Field(default=0.005, ge=0, description="failure-rate rise tolerated (absolute)")
+    max_divergence: float = Field(default=0.02, ge=0, le=1, description="temperature-0 mismatch share tolerated")
+    min_pairs: int = Field(default=10, ge=1)
+    alpha: float = Field(default=0.01, gt=0, lt=1, description="significance for the sampled-output tests")
+
+
+class GroupVerdict(BaseModel):
+    group: str
+    verdict: Verdict
+    reasons: list[str]  #: why this verdict, most important first
+    notes: list[str] = Field(default_factory=list)  #: what else to know (met SLOs, rare divergence…)
+    more_requests: int | None = None  #: INCONCLUSIVE: about how many more paired requests would settle it
+    more_requests_reason: str | None = None
+
+
+class VerdictResult(BaseModel):
+    overall: GroupVerdict
+    segments: dict[str, GroupVerdict] = Field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.overall.verdict.value]
+
+
+class RunInfo(BaseModel):
+    label: str
+    path: str
+    kind: str  #: "bench" (output dir), "results" (a results.jsonl), "simulate"
+    requests: int | None = None
+    max_concurrency: int | None = None
+    speculative: bool | None = None
+    duration_s: float | None = None
+
+
+class ComparisonResult(BaseModel):
+    """What ``specgauge compare`` returns (and ``--json`` prints)."""
+
+    kind: Literal["specgauge.compare"] = "specgauge.compare"
+    mode: Literal["bench", "simulate"]
+    baseline: RunInfo
+    candidate: RunInfo
+    config: CompareConfig
+    criteria: VerdictCriteria
+    overall: GroupComparison | None = None
+    segments: dict[str, GroupComparison] = Field(default_factory=dict)
+    simulation: list[SimulationDelta] = Field(default_factory=list)
+    verdict: VerdictResult
+    notes: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def metric_key(text: str, flag: str) -> str:
+    m = _SLO_RE.match(text.strip())
+    if not m:
+        raise VerdictError(f"{flag} {text!r}: name a statistic like e2e_p95_ms, ttft_p95_ms, tpot_p50_ms "
+                           f"(metrics {', '.join(LATENCY_METRICS)}; statistics {', '.join(LATENCY_STATS)})")
+    metric = "e2e" if m.group(1) == "e2el" else m.group(1)
+    return f"{metric}_{m.group(2)}"
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """``e2e_p95_ms=500,ttft_p95_ms=200`` → {"e2e_p95": 500.0, "ttft_p95": 200.0}."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, val = part.partition("=")
+        if not sep:
+            raise VerdictError(f"--slo {part.strip()!r}: write NAME=MILLISECONDS, e.g. e2e_p95_ms=500")
+        key = metric_key(name, "--slo")
+        try:
+            v = float(val)
+        except ValueError:
+            raise VerdictError(f"--slo {part.strip()!r}: {val.strip()!r} is not a number of milliseconds") from None
+        if not v > 0:
+            raise VerdictError(f"--slo {part.strip()!r}: the limit must be > 0 ms")
+        out[key] = v
+    return out
+
+
+# ---------------------------------------------------------------------------- judging
+
+
+def _words(key: str) -> str:
+    metric, stat = key.split("_")
+    return f"{_METRIC_WORDS[metric]} {stat}"
+
+
+def _x(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}×"
+
+
+def _needed(n: int, estimate: float | None, low: float | None, high: float | None, threshold: float) -> int | None:
+    if estimate is None or low is None or high is None or n <= 0:
+        return None
+    d, h = abs(estimate - threshold), (high - low) / 2.0
+    if d <= 0 or h <= 0:
+        return None
+    return max(0, math.ceil(n * (h / d) ** 2) - n)
+
+
+def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
+    nogo: list[str] = []
+    block: list[str] = []
+    good: list[str] = []
+    notes: list[str] = []
+    n = g.speedup.n
+    conf = "95 % CI"
+    s = g.speedup
+    if n < crit.min_pairs:
+        block.append(f"only {n} {'paired ' if g.paired else ''}requests; at least {crit.min_pairs} are needed to judge")
+    if s.estimate is None:
+        block.append(f"no speedup estimate: {s.reason}")
+    elif s.low is not None and s.high is not None:
+        ci = f"{_x(s.estimate)} ({conf} {_x(s.low)}–{_x(s.high)})"
+        if s.high < crit.min_speedup:
+            nogo.append(f"the candidate is slower: output-token rate {ci}, the whole interval below {crit.min_speedup:g}×")
+        elif s.low > crit.min_speedup:
+            good.append(f"the candidate is faster: output-token rate {ci}, the whole interval above {crit.min_speedup:g}×")
+        else:
+            notes.append(f"speedup {ci} includes {crit.min_speedup:g}×: not settled")
+    m = g.metric(crit.latency_metric)
+    if m is not None and m.delta_ms.estimate is not None and m.delta_ms.low is not None and m.delta_ms.high is not None:
+        d = m.delta_ms
+        txt = f"{_words(m.key)} {m.baseline_ms:.1f} → {m.candidate_ms:.1f} ms (Δ {d.estimate:+.1f} ms, {conf} {d.low:+.1f} to {d.high:+.1f})"
+        if d.high < 0:
+            good.append(f"lower {txt}: the whole interval favours the candidate")
+        elif d.low > 0:
+            notes.append(f"higher {txt}: the whole interval favours the baseline")
+        else:
+            notes.append(f"{txt}: not settled")
+    for key, limit in sorted(crit.slo_ms.items()):
+        sm = g.metric(key)
+        if sm is None or sm.candidate_ms is None:
+            block.append(f"the SLO {_words(key)} ≤ {limit:g} ms cannot be checked: {sm.delta_ms.reason if sm else 'no such statistic'}")
+        elif sm.candidate_ms > limit:
+            base = f" (the baseline measured {sm.baseline_ms:.1f} ms)" if sm.baseline_ms is not None else ""
+            nogo.append(f"the candidate misses the SLO {_words(key)} ≤ {limit:g} ms: it measured {sm.candidate_ms:.1f} ms{base}")
+        else:
+            notes.append(f"meets the SLO {_words(key)} ≤ {limit:g} ms ({sm.candidate_ms:.1f} ms)")
+    f = g.failure_rate_diff
+    if f.estimate is not None and f.estimate > crit.max_failure_increase:
+        rates = f"{100 * (g.failure_rate_baseline or 0):.2f} % → {100 * (g.failure_rate_candidate or 0):.2f} %"
+        if f.low is not None and f.low > 0:
+            nogo.append(f"more requests fail: {rates} (+{100 * f.estimate:.2f} points, {conf} +{100 * f.low:.2f} to +{100 * (f.high or 0):.2f})")
+        else:
+            block.append(f"more requests fail ({rates}) though the interval still includes no change")
+    elif g.candidate_failed:
+        notes.append(f"{g.candidate_failed} candidate request(s) failed ({g.baseline_failed} in the baseline), within tolerance")
+    _equivalence(g.equivalence, crit, nogo, block, notes)
+    if nogo:
+        verdict, reasons = Verdict.NO_GO, nogo
+    elif good and not block:
+        verdict, reasons = Verdict.GO, good
+    else:
+        verdict = Verdict.INCONCLUSIVE
+        reasons = block + ([] if good else ["neither the speedup CI nor the latency CI lies on one side of no change"])
+    gv = GroupVerdict(group=g.group, verdict=verdict, reasons=reasons, notes=notes)
+    if verdict is Verdict.INCONCLUSIVE:
+        _more(gv, g, crit)
+    return gv
+
+
+def _equivalence(eq: EquivalenceResult | None, crit: VerdictCriteria, nogo: list[str], block: list[str], notes: list[str]) -> None:
+    if eq is None:
+        return
+    gr = eq.greedy
+    if gr.pairs and gr.match_rate is not None:
+        k = gr.pairs - gr.matches
+        if k:
+            first = gr.mismatches[0]
+            where = f"request {first.id} at {'token ' + str(first.token_position) if first.token_position is not None else 'character ' + str(first.char_position)}"
+            msg = f"{k} of {gr.pairs} temperature-0 outputs differ from the baseline ({100 * k / gr.pairs:.1f} %; first: {where})"
+            if k / gr.pairs > crit.max_divergence:
+                nogo.append(f"outputs changed: {msg}, above the {100 * crit.max_divergence:g} % tolerance")
+            else:
+                notes.append(f"rare divergence: {msg}, within the {100 * crit.max_divergence:g} % tolerance")
+        else:
+            notes.append(f"all {gr.pairs} temperature-0 outputs match the baseline exactly ({gr.compared_by})")
+    sp = eq.sampled
+    for name, t in (("output-length distribution (KS)", sp.length_ks), (f"{sp.unigram_unit} frequencies (TVD)", sp.unigram_tvd)):
+        if t.p_value is not None and t.p_value < crit.alpha:
+            block.append(f"sampled outputs differ: {name} statistic {t.statistic:.3f}, p = {t.p_value:.2g} < {crit.alpha:g}")
+    if eq.scorer is not None and eq.scorer.p_value is not None and eq.scorer.p_value < crit.alpha and (eq.scorer.statistic or 0) < 0:
+        block.append(f"the scorer {eq.scorer_name} rates the candidate lower: mean {eq.scorer.statistic:+.3g}, p = {eq.scorer.p_value:.2g}")
+
+
+def _more(gv: GroupVerdict, g: GroupComparison, crit: VerdictCriteria) -> None:
+    n = g.speedup.n
+    if n < crit.min_pairs:
+        gv.more_requests = crit.min_pairs - n
+        gv.more_requests_reason = f"at least {crit.min_pairs} paired requests are needed before judging"
+        return
+    s = g.speedup
+    cands = [_needed(n, s.estimate, s.low, s.high, crit.min_speedup)]
+    m = g.metric(crit.latency_metric)
+    if m is not None:
+        cands.append(_needed(m.delta_ms.n, m.delta_ms.estimate, m.delta_ms.low, m.delta_ms.high, 0.0))
+    found = [c for c in cands if c is not None]
+    if not found:
+        gv.more_requests_reason = "the runs show no difference at all: more requests of the same kind will not settle it"
+        return
+    gv.more_requests = min(found)
+    half = None if s.low is None or s.high is None else (s.high - s.low) / 2
+    gv.more_requests_reason = (
+        f"about {gv.more_requests} more paired requests (total ≈ {n + gv.more_requests}), assuming the CI half-width "
+        f"shrinks as 1/√n" + (f"; at n = {n} it resolves speedups beyond ±{100 * half:.1f} %" if half is not None else "")
+    )
+
+
+# ---------------------------------------------------------------------------- the whole decision
+
+
+def decide(
+    baseline: Sequence[RequestRecord],
+    candidate: Sequence[RequestRecord],
+    baseline_info: RunInfo,
+    candidate_info: RunInfo,
+    cfg: CompareConfig | None = None,
+    criteria: VerdictCriteria | None = None,
+    temperatures: Mapping[str, float | None] | None = None,
+    temperature: float | None = None,
+    temperature_source: str = "",
+    scorer: tuple[str, Scorer] | None = None,
+) -> ComparisonResult:
+    """Compare two bench runs, check output equivalence, and judge: overall and per segment."""
+    cfg = cfg or CompareConfig()
+    crit = criteria or VerdictCriteria()
+    metric_key(crit.latency_metric, "--latency-metric")
+    overall, per = compare_records(baseline, candidate, cfg, (baseline_info.duration_s, candidate_info.duration_s))
+
+    def eq(b: Sequence[RequestRecord], c: Sequence[RequestRecord]) -> EquivalenceResult:
+        cm = {r.id: r for r in c}
+        pairs = [(r, cm[r.id]) for r in b if r.ok and r.id in cm and cm[r.id].ok]
+        return check_equivalence(pairs, temperatures, temperature, temperature_source, scorer, cfg.resamples, cfg.seed)
+
+    overall.equivalence = eq(baseline, candidate)
+    segs = segments_of(baseline, candidate)
+    for name, g in per.items():
+        g.equivalence = eq(*segs[name])
+    ov = judge(overall, crit)
+    seg_v = {name: judge(g, crit) for name, g in per.items()}
+    bad = [name for name, v in seg_v.items() if v.verdict is Verdict.NO_GO]
+    if bad and ov.verdict is not Verdict.NO_GO:
+        ov.notes.insert(0, f"segment(s) {', '.join(bad)} are NO-GO on their own: consider enabling speculation per segment")
+    notes = list(overall.notes)
+    if (overall.equivalence.unknown_temperature and temperature is None):
+        notes.append(f"{overall.equivalence.unknown_temperature} pair(s) had no known temperature and were checked as sampled "
+                     "(servers default to 1); pass --temperature 0 if the run was greedy")
+    return ComparisonResult(
+        mode="bench", baseline=baseline_info, candidate=candidate_info, config=cfg, criteria=crit,
+        overall=overall, segments=per, verdict=VerdictResult(overall=ov, segments=seg_v), notes=notes,
+    )
+
+
+def decide_simulations(rows: list[SimulationDelta], baseline_info: RunInfo, candidate_info: RunInfo,
+                       cfg: CompareConfig | None = None, criteria: VerdictCriteria | None = None) -> ComparisonResult:
+    """Simulate results predict acceptance; they measure no latency: always INCONCLUSIVE."""
+    why = ("simulation results compare acceptance offline; they measure no latency, failures or outputs — "
+           "bench both configurations to decide")
+    v = GroupVerdict(group="overall", verdict=Verdict.INCONCLUSIVE, reasons=[why],
+                     more_requests_reason="measured runs are needed, not more simulated requests")
+    return ComparisonResult(
+        mode="simulate", baseline=baseline_info, candidate=candidate_info, config=cfg or CompareConfig(),
+        criteria=criteria or VerdictCriteria(), simulation=rows, verdict=VerdictResult(overall=v),
+        notes=[] if rows else ["the two simulate results share no (method, k)"],
+    )
