@@ -235,5 +235,8 @@ def main() -> None:
     app()
 
 
+from specgauge import cli_decide as _cli_decide  # noqa: E402,F401  (registers compare, report)
+
+
 if __name__ == "__main__":
     main()
