@@ -263,6 +263,8 @@ async def _session_run(
         mem.start()
         times = arrival_process(cfg, [r for _, r in todo]).times(len(todo), cfg.seed)
         runner = Runner(settings, dialect, session, on_record)
+        kv: list[dict[str, Any]] = []
+        kv_task = asyncio.get_running_loop().create_task(_sample_kv(session, cfg, headers, dialect, kv)) if before else None
         t0 = time.perf_counter()
         try:
             recs = await runner.run([(i, r, t) for (i, r), t in zip(todo, times)])
@@ -270,6 +272,10 @@ async def _session_run(
             sess_info["duration_s"] = time.perf_counter() - t0
             await mem.stop()
             sess_info["memory"] = mem.summary()
+            if kv_task is not None:
+                kv_task.cancel()
+                await asyncio.gather(kv_task, return_exceptions=True)
+            sess_info["kv_samples"] = kv
         after, why2 = await scrape(session, cfg.base_url, headers)
     sess_info["counters_before"] = before.to_json() if before else None
     sess_info["counters_after"] = after.to_json() if after else None
@@ -299,6 +305,34 @@ async def _session_run(
     elif why2:
         run.warnings.append(f"no counter snapshot after the run: {why2}")
     return sess_info
+
+
+async def _sample_kv(session: aiohttp.ClientSession, cfg: BenchConfig, headers: dict[str, str], dialect: Dialect,
+                     out: list[dict[str, Any]]) -> None:
+    """KV-cache usage from /metrics every ``memory_interval`` s during the run (the after-run
+    snapshot sees an idle server)."""
+    t0 = time.perf_counter()
+    while True:
+        await asyncio.sleep(cfg.memory_interval)
+        snap, _ = await scrape(session, cfg.base_url, headers)
+        if snap is not None:
+            m = dialect.memory(snap)
+            if "kv_cache_usage" in m:
+                out.append({"t": time.perf_counter() - t0, "kv_cache_usage": m["kv_cache_usage"]})
+
+
+def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    last = sessions[-1].get("kv_cache") if sessions else None
+    samples = [x["kv_cache_usage"] for s in sessions for x in s.get("kv_samples") or []]
+    if last is None and not samples:
+        return None
+    out: dict[str, Any] = dict(last or {})
+    if samples:
+        out["peak_kv_cache_usage_during_run"] = max(samples)
+        out["samples_during_run"] = len(samples)
+    else:
+        out["reason_no_samples"] = "no /metrics sample during the run (shorter than --memory-interval, or not exposed)"
+    return out
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -433,7 +467,7 @@ def summarize(
         },
         "memory": {
             "device": sessions[-1].get("memory") if sessions else None,
-            "kv_cache": sessions[-1].get("kv_cache") if sessions else None,
+            "kv_cache": _kv_summary(sessions),
         },
     }
     return s

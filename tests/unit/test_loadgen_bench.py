@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,23 @@ def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
         url = srv.base_url
     with pytest.raises(BenchError, match="/v1/models"):
         run_bench(BenchConfig(base_url=url, workload=[w], output_dir=tmp_path / "o", progress=False))
+
+
+def test_other_traffic_is_warned_and_kv_sampled_during_the_run(tmp_path: Path) -> None:
+    w = workload(tmp_path, ["tokens:6 per:2 delay_ms:40"] * 3)
+    with FakeServer() as srv:
+        def intruder() -> None:  # someone else's requests finish on the server mid-run
+            while srv.requests < 1:
+                time.sleep(0.005)
+            srv.counters["success"] += 7
+            srv.counters["drafts"] += 3
+
+        th = threading.Thread(target=intruder)
+        th.start()
+        res = run_bench(cfg(srv, w, tmp_path / "o", memory_interval=0.05))
+        th.join()
+    g = res.summary["specgauge"]
+    assert any("other traffic" in x for x in g["warnings"]), g["warnings"]
+    assert g["acceptance"]["agreement"]["equal"] is False
+    assert g["memory"]["kv_cache"]["samples_during_run"] >= 1 and "peak_kv_cache_usage_during_run" in g["memory"]["kv_cache"]
+    assert "other traffic" in format_summary(res.summary)
