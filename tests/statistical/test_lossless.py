@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 
 from specgauge.engine.sampling import logits_to_probs  # noqa: E402
 from specgauge.engine.verify import rejection_sample  # noqa: E402

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 
 from specgauge.config import SpeculativeConfig  # noqa: E402
 from specgauge.drafters.base import drafter_kinds  # noqa: E402

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 transformers = pytest.importorskip("transformers")
 
 from specgauge.engine.model import ModelArgs, ModelLoadError, load_model  # noqa: E402

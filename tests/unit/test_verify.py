@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 
 from specgauge.engine.verify import rejection_sample  # noqa: E402
 

@@ -1,0 +1,58 @@
+"""``serve(...)``: load the models, build the app, run uvicorn (what ``specgauge serve`` calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specgauge.config import SpeculativeConfig
+
+
+def build_app(
+    model_dir: str | Path,
+    speculative_config: SpeculativeConfig | str | None = None,
+    *,
+    api_key: str | None = None,
+    max_batch: int = 8,
+    max_model_len: int = 2048,
+    dtype: str = "float32",
+    served_model_name: str | None = None,
+    per_request_spec_decode_metrics: str | None = None,
+    max_request_bytes: int = 1 << 20,
+    num_threads: int | None = None,
+) -> Any:
+    """The FastAPI app for ``model_dir`` (a Hugging Face directory with tokenizer files)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from specgauge.engine.core import Engine
+    from specgauge.engine.server import ServerSettings, create_app
+
+    if per_request_spec_decode_metrics not in (None, "summary", "detailed"):
+        raise ValueError("per_request_spec_decode_metrics must be 'summary' or 'detailed'")
+    if isinstance(speculative_config, str):
+        speculative_config = SpeculativeConfig.from_json(speculative_config)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    engine = Engine(model_dir, speculative_config, max_batch=max_batch, max_model_len=max_model_len, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    settings = ServerSettings(
+        model_name=served_model_name or str(model_dir), api_key=api_key, max_request_bytes=max_request_bytes,
+        per_request_spec_metrics=per_request_spec_decode_metrics,
+    )
+    return create_app(engine, tokenizer, settings)
+
+
+def serve(
+    model_dir: str | Path,
+    speculative_config: SpeculativeConfig | str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    **options: Any,
+) -> None:
+    """Serve until interrupted. Binds loopback unless ``host`` says otherwise. ``options``: see
+    :func:`build_app`."""
+    import uvicorn
+
+    app = build_app(model_dir, speculative_config, **options)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
