@@ -236,6 +236,7 @@ def main() -> None:
 
 
 from specgauge import cli_decide as _cli_decide  # noqa: E402,F401  (registers compare, report)
+from specgauge.engine import cli_serve as _cli_serve  # noqa: E402,F401  (registers serve)
 
 
 if __name__ == "__main__":

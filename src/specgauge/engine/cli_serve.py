@@ -1,0 +1,44 @@
+"""``specgauge serve``: the embedded engine behind an OpenAI-compatible API (flags -> one call)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specgauge.cli import app, err_console, user_errors
+from specgauge.config import ConfigError
+
+
+@app.command()
+@user_errors
+def serve(
+    model: Annotated[Path | None, typer.Option("--model", help="Target model directory (HF layout). Default: the shipped tiny target.")] = None,
+    speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON, e.g. '{\"model\": \"DRAFT_DIR\", \"num_speculative_tokens\": 4}'.")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback unless told otherwise).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535)] = 8000,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Require 'Authorization: Bearer KEY' on /v1/*.")] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Requests decoded together (KV-cache slots).")] = 8,
+    max_model_len: Annotated[int, typer.Option("--max-model-len", min=16)] = 2048,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16 | float16 | float64")] = "float32",
+    served_model_name: Annotated[str | None, typer.Option("--served-model-name")] = None,
+    per_request_spec_decode_metrics: Annotated[str | None, typer.Option("--per-request-spec-decode-metrics", help="summary | detailed: metrics.speculative_decoding in responses, as vLLM.")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="torch CPU threads (1 is best for tiny models on a busy machine).")] = None,
+) -> None:
+    """Serve the embedded reference engine (CPU) with vLLM's metric names."""
+    from specgauge.engine.model import ModelLoadError
+    from specgauge.engine.serve import serve as run
+
+    if model is None:
+        model = Path(__file__).resolve().parent.parent / "models" / "tiny-target"
+    if per_request_spec_decode_metrics not in (None, "summary", "detailed"):
+        raise typer.BadParameter("must be summary or detailed", param_hint="--per-request-spec-decode-metrics")
+    try:
+        err_console.print(f"serving {model} on http://{host}:{port} (Ctrl-C to stop)")
+        run(model, speculative_config, host=host, port=port, api_key=api_key, max_batch=max_batch,
+            max_model_len=max_model_len, dtype=dtype, served_model_name=served_model_name,
+            per_request_spec_decode_metrics=per_request_spec_decode_metrics, num_threads=threads)
+    except (ConfigError, ModelLoadError, ValueError) as e:
+        err_console.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        raise typer.Exit(2) from None
