@@ -130,15 +130,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--code-chars", type=int, default=1_500_000,
                    help="characters of stdlib source in the training corpus")
     p.add_argument("--seq-len", type=int, default=512, help="training window (tokens)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--target-steps", type=int, default=700)
+    p.add_argument("--batch-size", type=int, default=6)
+    p.add_argument("--target-steps", type=int, default=320)
     p.add_argument("--target-lr", type=float, default=3e-3)
-    p.add_argument("--draft-steps", type=int, default=400)
+    p.add_argument("--draft-steps", type=int, default=200)
     p.add_argument("--draft-lr", type=float, default=4e-3)
     p.add_argument("--eval-requests", type=int, default=50, help="held-out chat requests for acceptance")
     p.add_argument("--eval-max-tokens", type=int, default=128, help="target greedy output length cap")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--quick", action="store_true", help="tiny smoke run (minutes); do not ship its output")
+    p.add_argument("--refresh-tokenizer-files", action="store_true",
+                   help="only rewrite tokenizer_config.json / chat_template.jinja in the existing --out dirs")
     args = p.parse_args(argv)
     if args.quick:
         args.per_cell, args.code_chars, args.vocab_size = 4, 200_000, 2048
@@ -346,7 +348,14 @@ class Packed:
         n = len(self.starts)
         rows = []
         for _ in range(batch_size):
-            s = self.starts[int(torch.randint(0, n, (1,), generator=gen))]
+            # half the windows start at a document, half end where one ends (so the answers of
+            # documents longer than a window are trained too)
+            d = int(torch.randint(0, n, (1,), generator=gen))
+            if float(torch.rand((), generator=gen)) < 0.5:
+                s = self.starts[d]
+            else:
+                end = self.starts[d + 1] if d + 1 < n else len(self)
+                s = max(0, end - seq_len - 1)
             s = min(s, len(self) - seq_len - 1)
             rows.append(self.ids[s: s + seq_len + 1])
         return torch.stack(rows)
@@ -466,7 +475,7 @@ def train_draft(draft: Any, target: Any, parts: list[tuple[Packed, float]], args
 
 
 @torch.no_grad()
-def eval_loss(model: Any, packed: Packed, seq_len: int, max_tokens: int = 60_000) -> float:
+def eval_loss(model: Any, packed: Packed, seq_len: int, max_tokens: int = 24_000) -> float:
     model.eval()
     tot, n = 0.0, 0
     for x in packed.sequential(seq_len, max_tokens):
@@ -543,12 +552,52 @@ def save_model(model: Any, tok: Any, spm_file: Path, out: Path, name: str) -> No
     model.to(torch.float32)
     tok.save_pretrained(out)
     shutil.copy(spm_file, out / "tokenizer.model")
+    finalize_tokenizer_config(out, tok)
     eos = [tok.convert_tokens_to_ids(IM_END), tok.convert_tokens_to_ids(EOS)]
     GenerationConfig(bos_token_id=tok.convert_tokens_to_ids(BOS), eos_token_id=eos,
                      pad_token_id=tok.convert_tokens_to_ids(PAD)).save_pretrained(out)
     cfg = json.loads((out / "config.json").read_text())
     cfg["_name_or_path"] = name
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+SPECIAL_TOKENS = (UNK, BOS, EOS, PAD, IM_START, IM_END)
+
+
+def finalize_tokenizer_config(out: Path, tok: Any) -> None:
+    """Make ``tokenizer_config.json`` readable by every consumer, not only transformers 5.
+
+    transformers 5 writes ``tokenizer_class: TokenizersBackend`` and keeps the chat template in
+    ``chat_template.jinja`` only. Written here as well: the class name transformers 4 knows, the chat
+    template, ``added_tokens_decoder`` (llama.cpp's GGUF converter marks exactly these as CONTROL
+    tokens, so ``<|im_start|>`` / ``<|im_end|>`` are parsed as specials), ``add_prefix_space: false``
+    (otherwise llama.cpp's SentencePiece path prepends a space) and no automatic BOS/EOS.
+    """
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    cfg.update({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "add_prefix_space": False,
+        "chat_template": CHAT_TEMPLATE,
+        "added_tokens_decoder": {
+            str(tok.convert_tokens_to_ids(t)): {"content": t, "lstrip": False, "normalized": False,
+                                                "rstrip": False, "single_word": False, "special": True}
+            for t in SPECIAL_TOKENS
+        },
+    })
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+
+
+def refresh_tokenizer_files(out: Path) -> None:
+    """Rewrite the tokenizer config files of already trained model directories (no training)."""
+    from transformers import AutoTokenizer
+
+    for d in (out / "tiny-target", out / "tiny-draft"):
+        finalize_tokenizer_config(d, AutoTokenizer.from_pretrained(d))
+        print(f"[refresh] {d}")
 
 
 def write_readme(out: Path, which: str, figs: dict[str, Any]) -> None:
@@ -608,6 +657,9 @@ def write_readme(out: Path, which: str, figs: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.refresh_tokenizer_files:
+        refresh_tokenizer_files(args.out)
+        return {}
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -642,6 +694,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     h_chat, h_code = Packed(tok, heldout_chat_docs), Packed(tok, heldout_code)
     print(f"[data] train tokens: chat {len(chat):,}, code {len(code):,}; held-out chat {len(h_chat):,}, "
           f"code {len(h_code):,}", flush=True)
+    lens = sorted(len(e) for e in tok(heldout_chat_docs, add_special_tokens=False)["input_ids"])
+    print(f"[data] held-out chat doc tokens: median {lens[len(lens) // 2]}, p90 {lens[int(len(lens) * 0.9)]}, "
+          f"max {lens[-1]}", flush=True)
     parts = [(chat, 0.75), (code, 0.25)]
 
     # target -------------------------------------------------------------------------------------
@@ -685,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         matches, positions, copy_hits = matches + m, positions + n, copy_hits + c
         per_req.append(m / max(1, n))
         distinct.append(distinct_ratio(out))
-        seg = str(ex.body.get("metadata", {}).get("segment", "")) or _segment_guess(ex)
+        seg = str(ex.body.get("segment", "")) or _segment_guess(ex)
         if seg not in seen_segments and len(samples) < 3:
             seen_segments.add(seg)
             samples.append({"segment": seg, "prompt_tail": tok.decode(p_ids[-40:]),

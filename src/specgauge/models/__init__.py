@@ -1,0 +1,34 @@
+"""The tiny models shipped with specgauge: a target LM and a smaller draft LM sharing one tokenizer.
+
+Both are Hugging Face directories (``config.json``, ``model.safetensors`` in bfloat16, ``tokenizer.json``,
+``tokenizer_config.json`` with a ChatML-style chat template, ``tokenizer.model`` for llama.cpp's GGUF
+converter, ``generation_config.json``) made by ``scripts/train_tiny_models.py``; each directory's
+``README.md`` and ``training_figures.json`` give the training figures and the draft's acceptance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+TARGET_NAME = "tiny-target"
+DRAFT_NAME = "tiny-draft"
+
+
+def target_dir() -> Path:
+    """Directory of the shipped tiny target model (loadable by transformers, vLLM and the engine)."""
+    return _HERE / TARGET_NAME
+
+
+def draft_dir() -> Path:
+    """Directory of the shipped tiny draft model (same tokenizer and vocabulary as the target)."""
+    return _HERE / DRAFT_NAME
+
+
+def available() -> bool:
+    """True when both shipped directories carry weights and a tokenizer."""
+    return all((d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file() for d in (target_dir(), draft_dir()))
+
+
+__all__ = ["DRAFT_NAME", "TARGET_NAME", "available", "draft_dir", "target_dir"]
