@@ -47,11 +47,13 @@ SPECGAUGE_CLIENT = textwrap.dedent(
     async def go():
         async with new_session(conc) as s:
             r = Runner(RunnerSettings(url, "fake", None, conc, 600.0), get_dialect("vllm"), s)
-            return await r.run([(i, q, 0.0) for i, q in enumerate(reqs)])
+            recs = await r.run([(i, q, 0.0) for i, q in enumerate(reqs)])
+        # counted inside: asyncio.run's SIGINT-handler cleanup reprs the main task's result
+        return sum(len(r.chunks) for r in recs), sum(r.ok for r in recs)
     c0, w0 = time.process_time(), time.perf_counter()
-    recs = asyncio.run(go())
+    chunks, ok = asyncio.run(go())
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    print(json.dumps({"chunks": sum(len(r.chunks) for r in recs), "ok": sum(r.ok for r in recs), "cpu": cpu, "wall": wall}))
+    print(json.dumps({"chunks": chunks, "ok": ok, "cpu": cpu, "wall": wall}))
     """
 )
 
@@ -69,12 +71,12 @@ VLLM_CLIENT = textwrap.dedent(
                                        prompt_len=5, output_len=tokens, model="fake")
                 async with sem:
                     return await async_request_openai_completions(inp, session=s)
-            return await asyncio.gather(*[one(i) for i in range(n)])
+            outs = await asyncio.gather(*[one(i) for i in range(n)])
+        return sum(len(o.itl) + 1 for o in outs if o.success), sum(o.success for o in outs)
     c0, w0 = time.process_time(), time.perf_counter()
-    outs = asyncio.run(go())
+    chunks, ok = asyncio.run(go())
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    print(json.dumps({"chunks": sum(len(o.itl) + 1 for o in outs if o.success), "ok": sum(o.success for o in outs),
-                      "cpu": cpu, "wall": wall}))
+    print(json.dumps({"chunks": chunks, "ok": ok, "cpu": cpu, "wall": wall}))
     """
 )
 
@@ -92,10 +94,11 @@ LAG_CLIENT = textwrap.dedent(
     async def go():
         async with new_session(None) as s:
             r = Runner(RunnerSettings(url, "fake", None, None, 60.0), get_dialect("vllm"), s)
-            return await r.run([(i, q, t) for i, (q, t) in enumerate(zip(reqs, times))])
-    recs = asyncio.run(go())
-    lag = np.array([r.sent_s - r.scheduled_s for r in recs]) * 1000
-    print(json.dumps({"ok": sum(r.ok for r in recs), "p50": float(np.percentile(lag, 50)), "p99": float(np.percentile(lag, 99)),
+            recs = await r.run([(i, q, t) for i, (q, t) in enumerate(zip(reqs, times))])
+        return [r.sent_s - r.scheduled_s for r in recs], sum(r.ok for r in recs)
+    lags, ok = asyncio.run(go())
+    lag = np.array(lags) * 1000
+    print(json.dumps({"ok": ok, "p50": float(np.percentile(lag, 50)), "p99": float(np.percentile(lag, 99)),
                       "max": float(lag.max())}))
     """
 )

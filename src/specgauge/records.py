@@ -15,7 +15,7 @@ import math
 import os
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,13 +43,12 @@ class TokenCountSource(str, Enum):
     none = "none"  #: no usage at all (failed or non-streamed without usage)
 
 
-class Chunk(BaseModel):
-    """One streamed SSE event that carried output: arrival time and token count."""
+class Chunk(NamedTuple):
+    """One streamed SSE event that carried output: arrival time (s after the request's actual
+    send) and the number of output tokens it carried. Stored as ``[t, n]`` in the JSONL."""
 
-    model_config = ConfigDict(frozen=True)
-
-    t: float = Field(ge=0.0, description="seconds after the request's actual send time")
-    n: int = Field(ge=0, description="output tokens this chunk carried")
+    t: float
+    n: int
 
 
 class SpecCounts(BaseModel):

@@ -36,7 +36,7 @@ def test_sglang_synthesized(tmp_path: Path) -> None:
     assert s["spec_decode_accepted_tokens"] == 25 and s["spec_decode_num_drafts"] is None
     assert s["total_output_tokens"] == 12 + 20 + 16
     assert g["latency"]["token_count_sources"] == {"usage": 3}
-    assert g["memory"]["kv_cache"] == {"kv_cache_usage": 0.03}
+    assert g["memory"]["kv_cache"]["kv_cache_usage"] == 0.03
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.json") if not p.name.startswith("sglang_synth")))

@@ -41,6 +41,12 @@ def test_unterminated_event_is_reported_on_close() -> None:
 def test_not_sse_raises() -> None:
     with pytest.raises(MalformedSSE, match="not an SSE line"):
         SSEParser().feed(b"<html>oops</html>\n")
+    with pytest.raises(MalformedSSE, match="not an SSE line"):
+        SSEParser().feed(b"data: ok\n\n<html>\n")
+    p = SSEParser()
+    p.feed(b"<html>no newline yet")
+    with pytest.raises(MalformedSSE, match="not an SSE line"):
+        p.feed(b"\n")
 
 
 def test_bad_utf8_raises() -> None:

@@ -237,7 +237,7 @@ class Runner:
             for k in _FINAL_KEYS:
                 if k in obj and obj[k] is not None:
                     st.final[k] = obj[k]
-            if obj.get("choices") and any(isinstance(c, dict) and "meta_info" in c for c in obj["choices"]):
+            if "meta_info" in payload and obj.get("choices"):
                 st.final["choices"] = obj["choices"]
 
     async def send(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
@@ -282,7 +282,7 @@ class Runner:
         usage = st.final.get("usage") if isinstance(st.final.get("usage"), dict) else {}
         out_tokens = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
         source = _assign_counts(st, out_tokens) if failure is None else (st.counted_by or TokenCountSource.none)
-        chunks = [Chunk(t=t, n=max(n, 0)) for t, n in zip(st.times, st.counts)]
+        chunks = [Chunk(t, n if n > 0 else 0) for t, n in zip(st.times, st.counts)]
         spec: SpecCounts | None = None
         extra: dict[str, Any] = {}
         if st.final:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _FIELDS = frozenset(("data", "event", "id", "retry"))
+_BFIELDS = frozenset(f.encode() for f in _FIELDS)
 
 
 class MalformedSSE(ValueError):
@@ -42,6 +43,8 @@ class SSEParser:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         buf = self._buf + chunk if self._buf else chunk
         events: list[SSEEvent] = []
+        if b"\r" not in buf:
+            return self._feed_lf(buf, events)
         start = 0
         n = len(buf)
         while start < n:
@@ -63,11 +66,40 @@ class SSEParser:
             raise MalformedSSE(f"an SSE line longer than {self._max_line} bytes without a line end")
         return events
 
+    def _feed_lf(self, buf: bytes, events: list[SSEEvent]) -> list[SSEEvent]:
+        """Fast path for LF-only bytes (what servers send): split at event boundaries once; a
+        one-line ``data:`` event (the usual case) is taken whole, anything else line by line.
+        ``_buf`` keeps the whole unfinished event, so its lines are only read once it is complete."""
+        parts = buf.split(b"\n\n")
+        self._buf = parts.pop()
+        for part in parts:
+            if part.startswith(b"data: ") and b"\n" not in part and not self._has_data:
+                try:
+                    events.append(SSEEvent(part[6:].decode("utf-8")))
+                except UnicodeDecodeError as e:
+                    raise MalformedSSE(f"bytes that are not UTF-8 in the event stream: {part[:60]!r}") from e
+                continue
+            for raw in part.split(b"\n"):
+                self._line(raw, events)
+            self._line(b"", events)
+        tail = self._buf
+        if b"\n" in tail:  # complete lines of the unfinished event: reject non-SSE bytes early
+            for raw in tail.split(b"\n")[:-1]:
+                if raw and raw[0] != 0x3A and raw.partition(b":")[0] not in _BFIELDS:
+                    raise MalformedSSE(f"not an SSE line: {raw[:80].decode('utf-8', 'replace')!r}")
+        if len(tail) > self._max_line:
+            raise MalformedSSE(f"an SSE event longer than {self._max_line} bytes without an end")
+        return events
+
     def close(self) -> tuple[list[SSEEvent], bool]:
         """End of body: events completed by a final lone CR, and whether a partial event was left."""
         events: list[SSEEvent] = []
         if self._buf.endswith(b"\r"):
             events = self.feed(b"\n")  # the CR was a line end, not half of a CRLF
+        if b"\n" in self._buf:  # the fast path keeps a whole unfinished event: read its lines now
+            *lines, self._buf = self._buf.split(b"\n")
+            for raw in lines:
+                self._line(raw, events)
         left = bool(self._buf.strip()) or self._has_data
         self._buf = b""
         self._reset()
