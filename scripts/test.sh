@@ -21,4 +21,5 @@ if [[ "${SPECGAUGE_SKIP_REAL_SERVERS:-0}" != "1" ]]; then
   bash scripts/build_llama_server.sh || echo "WARNING: llama-server could not be built; its tests will skip" >&2
 fi
 
+command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "WARNING: chromium could not be installed; the HTML report browser test will skip" >&2
 exec .venv/bin/python -m pytest -q "$@"

@@ -32,7 +32,7 @@ from specgauge.stats.latency import per_token_itls, tpot
 from specgauge.stats.verdict import ComparisonResult
 from specgauge.workload.profile import WorkloadProfile
 
-SAMPLES_PER_RUN = 20
+SAMPLES_PER_RUN = 5
 TEXT_CHARS = 400
 CDF_POINTS = 400
 
@@ -198,7 +198,7 @@ def _label(s: str) -> str:
 def _fig_html(fig: Any, div_id: str, height: int = 380) -> str:
     left = max(60, fig.layout.margin.l or 0)
     fig.update_layout(template="plotly_white", margin={"l": left, "r": 20, "t": 50, "b": 50}, height=height)
-    return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+    return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{div_id}",
                            config={"displaylogo": False, "responsive": True}))
 
 
