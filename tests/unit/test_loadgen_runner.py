@@ -50,6 +50,8 @@ def test_per_chunk_counts_from_continuous_usage(chat: bool) -> None:
     assert r.ttft_s == r.chunks[0].t and r.e2e_s is not None and r.e2e_s >= r.chunks[-1].t
     # the server's per-request numbers: 4 steps after the first token, k=4, accepted n-1 each
     assert r.spec is not None and (r.spec.drafts, r.spec.draft_tokens, r.spec.accepted_tokens) == (4, 16, 6)
+    # the runner builds records without re-validation: they must survive a strict round trip
+    assert RequestRecord.model_validate_json(r.model_dump_json()) == r
 
 
 def test_without_per_chunk_usage_counts_are_derived_and_labelled() -> None:
