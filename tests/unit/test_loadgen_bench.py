@@ -122,3 +122,15 @@ def test_other_traffic_is_warned_and_kv_sampled_during_the_run(tmp_path: Path) -
     assert g["acceptance"]["agreement"]["equal"] is False
     assert g["memory"]["kv_cache"]["samples_during_run"] >= 1 and "peak_kv_cache_usage_during_run" in g["memory"]["kv_cache"]
     assert "other traffic" in format_summary(res.summary)
+
+
+def test_self_timed_trace_replay_records_scheduled_times(tmp_path: Path) -> None:
+    p = tmp_path / "w.jsonl"
+    p.write_text("".join(json.dumps({"id": f"t{i}", "prompt": "tokens:2", "arrival_time": 100.0 + 0.2 * i}) + "\n" for i in range(3)))
+    with FakeServer() as srv:
+        run_bench(cfg(srv, p, tmp_path / "o", self_timed=True, trace_speed=2.0))
+        with pytest.raises(BenchError, match="arrival_time"):
+            run_bench(cfg(srv, workload(tmp_path, ["tokens:2"]), tmp_path / "o2", self_timed=True))
+    recs = sorted(ResultsFile(tmp_path / "o" / "results.jsonl").existing(), key=lambda r: r.index)
+    assert [r.scheduled_s for r in recs] == pytest.approx([0.0, 0.1, 0.2])
+    assert all(r.sent_s >= r.scheduled_s for r in recs)
