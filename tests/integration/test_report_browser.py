@@ -330,3 +330,27 @@ def test_report_renders_in_headless_chromium_offline(tmp_path: Path) -> None:
     keep = os.environ.get("SPECGAUGE_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(tmp_path / "report.png", keep)
+
+
+def test_sections_say_what_is_missing(tmp_path: Path) -> None:
+    inputs = make_inputs(tmp_path)
+    out = tmp_path / "one.html"
+    write_report(ReportConfig(inputs=[inputs[0]], out=out))
+    t = out.read_text()
+    assert "No comparison passed" in t and "No workload profile passed" in t and "No simulate result passed" in t
+    assert 'id="fig-cdf-e2e"' in t and 'id="fig-acc-heatmap-0"' not in t
+
+
+def test_compare_two_simulate_results_is_acceptance_only(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from specgauge.cli import app
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(make_simulate_result(ks=(1, 2)).model_dump_json(exclude={"requests"}))
+    b.write_text(make_simulate_result(ks=(2, 3)).model_dump_json(exclude={"requests"}))
+    res = CliRunner().invoke(app, ["compare", str(a), str(b), "--json"])
+    assert res.exit_code == 3, res.output
+    data = json.loads(res.stdout)
+    assert data["mode"] == "simulate" and {(d["method"], d["k"]) for d in data["simulation"]} == {("ngram", 2), ("suffix", 2)}
+    assert "measure no latency" in data["verdict"]["overall"]["reasons"][0]
