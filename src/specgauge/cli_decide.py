@@ -70,11 +70,13 @@ def report(
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "specgauge report",
 ) -> None:
     """One self-contained HTML report (plots embedded, nothing fetched when viewed), plus JSON / CSV."""
+    from rich.markup import escape
+
     from specgauge.report.html import ReportConfig, write_report
 
     res = write_report(ReportConfig(inputs=inputs, out=out, redact=redact, json_out=json_out, csv_out=csv_out, title=title))
     for note in res.notes:
-        err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False, markup=True)
+        err_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     console.print(f"report written to {out.resolve()}", highlight=False)
     for p in (json_out, csv_out):
         if p is not None:
