@@ -56,6 +56,9 @@ sys.path.insert(0, str(REPO / "src"))
 STDLIB_DIR = Path(os.__file__).parent  # Python standard-library sources (PSF licence)
 
 UNK, BOS, EOS, PAD = "<unk>", "<s>", "</s>", "<pad>"
+# RoPE has no learned positions, so this only bounds a server's --max-model-len: 2048 lets every request
+# of the shipped sample (prompt + max_tokens) fit; training windows are --seq-len tokens.
+MAX_POSITIONS = 2048
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 # ChatML-style template. ``tools`` are listed as JSON in the system turn; assistant tool calls are
@@ -139,6 +142,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-max-tokens", type=int, default=128, help="target greedy output length cap")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--quick", action="store_true", help="tiny smoke run (minutes); do not ship its output")
+    p.add_argument("--rewrite-readme", action="store_true",
+                   help="only recompute the sample-fit figure and rewrite README.md in the existing --out dirs")
     p.add_argument("--refresh-tokenizer-files", action="store_true",
                    help="only rewrite tokenizer_config.json / chat_template.jinja in the existing --out dirs")
     args = p.parse_args(argv)
@@ -309,7 +314,7 @@ def hf_tokenizer_from_spm(model_file: Path) -> Any:
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in (UNK, BOS, EOS, PAD, IM_START, IM_END)])
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token=UNK, bos_token=BOS, eos_token=IM_END, pad_token=PAD,
-        model_max_length=1024, clean_up_tokenization_spaces=False, chat_template=CHAT_TEMPLATE,
+        model_max_length=MAX_POSITIONS, clean_up_tokenization_spaces=False, chat_template=CHAT_TEMPLATE,
     )
     hf.add_bos_token = False
     return hf
@@ -388,7 +393,7 @@ def make_model(shape: ModelShape, vocab: int, tok: Any) -> Any:
     cfg = LlamaConfig(
         vocab_size=vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        intermediate_size=shape.intermediate, max_position_embeddings=1024, tie_word_embeddings=True,
+        intermediate_size=shape.intermediate, max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True,
         rms_norm_eps=1e-5, bos_token_id=tok.convert_tokens_to_ids(BOS),
         eos_token_id=tok.convert_tokens_to_ids(IM_END), pad_token_id=tok.convert_tokens_to_ids(PAD),
     )
@@ -580,6 +585,7 @@ def finalize_tokenizer_config(out: Path, tok: Any) -> None:
         "add_bos_token": False,
         "add_eos_token": False,
         "add_prefix_space": False,
+        "model_max_length": MAX_POSITIONS,
         "chat_template": CHAT_TEMPLATE,
         "added_tokens_decoder": {
             str(tok.convert_tokens_to_ids(t)): {"content": t, "lstrip": False, "normalized": False,
@@ -592,12 +598,42 @@ def finalize_tokenizer_config(out: Path, tok: Any) -> None:
 
 
 def refresh_tokenizer_files(out: Path) -> None:
-    """Rewrite the tokenizer config files of already trained model directories (no training)."""
+    """Rewrite tokenizer_config.json and config.json's max_position_embeddings of already trained
+    model directories (no training; the weights do not depend on either)."""
     from transformers import AutoTokenizer
 
     for d in (out / "tiny-target", out / "tiny-draft"):
         finalize_tokenizer_config(d, AutoTokenizer.from_pretrained(d))
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["max_position_embeddings"] = MAX_POSITIONS
+        (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         print(f"[refresh] {d}")
+
+
+def sample_fit(tok: Any, max_model_len: int = MAX_POSITIONS) -> dict[str, Any]:
+    """How the shipped sample workload (seed 0) fits a server's ``--max-model-len`` with this tokenizer."""
+    from specgauge.workload.samples.generate import sample_path
+
+    lines = [json.loads(x) for x in sample_path().read_text(encoding="utf-8").splitlines() if x.strip()]
+    lens = sorted(len(tok(render_prompt(r), add_special_tokens=False)["input_ids"]) for r in lines)
+    over = sum(len(tok(render_prompt(r), add_special_tokens=False)["input_ids"]) + int(r.get("max_tokens") or 0)
+               > max_model_len for r in lines)
+    return {"requests": len(lines), "prompt_tokens_median": lens[len(lens) // 2],
+            "prompt_tokens_p90": lens[int(len(lens) * 0.9)], "prompt_tokens_max": lens[-1],
+            "max_model_len": max_model_len, "prompt_plus_max_tokens_over": over}
+
+
+def rewrite_readmes(out: Path) -> None:
+    """Recompute the sample-fit figure and rewrite both READMEs from ``training_figures.json``."""
+    from transformers import AutoTokenizer
+
+    tdir, ddir = out / "tiny-target", out / "tiny-draft"
+    figs = json.loads((tdir / "training_figures.json").read_text(encoding="utf-8"))
+    figs["sample_fit"] = sample_fit(AutoTokenizer.from_pretrained(tdir))
+    for d, which in ((tdir, "target"), (ddir, "draft")):
+        write_readme(d, which, figs)
+        (d / "training_figures.json").write_text(json.dumps(figs, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"[readme] {d}")
 
 
 def write_readme(out: Path, which: str, figs: dict[str, Any]) -> None:
@@ -642,6 +678,17 @@ def write_readme(out: Path, which: str, figs: dict[str, Any]) -> None:
         f"- n-gram prompt-lookup copy share (n = 3..2): {a['ngram_share']:.3f}",
         f"- distinct-token ratio of the target outputs: mean {a['distinct_mean']:.2f}, min {a['distinct_min']:.2f}",
         "",
+    ]
+    if "sample_fit" in figs:
+        f = figs["sample_fit"]
+        lines += [
+            f"Shipped sample workload ({f['requests']} requests) with this tokenizer: prompt tokens median "
+            f"{f['prompt_tokens_median']}, p90 {f['prompt_tokens_p90']}, max {f['prompt_tokens_max']}; "
+            f"{f['prompt_plus_max_tokens_over']} requests have prompt + max_tokens > {f['max_model_len']} "
+            "(serve with a larger `--max-model-len` to send them all).",
+            "",
+        ]
+    lines += [
         "## Greedy samples (target)",
         "",
     ]
@@ -659,6 +706,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.refresh_tokenizer_files:
         refresh_tokenizer_files(args.out)
+        return {}
+    if args.rewrite_readme:
+        rewrite_readmes(args.out)
         return {}
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -728,7 +778,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     matches = positions = copy_hits = 0
     per_req, distinct, samples, skipped = [], [], [], 0
     seen_segments: set[str] = set()
-    max_prompt = 1024 - args.eval_max_tokens
+    max_prompt = MAX_POSITIONS - args.eval_max_tokens
     for ex in picked:
         p_ids = tok(render_prompt(ex.body), add_special_tokens=False)["input_ids"]
         if len(p_ids) > max_prompt:
@@ -771,6 +821,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                   "draft_lr": args.draft_lr},
         "total_seconds": time.time() - t_start,
     }
+    figs["sample_fit"] = sample_fit(tok)
     for d, which in ((tdir, "target"), (ddir, "draft")):
         write_readme(d, which, figs)
         (d / "training_figures.json").write_text(json.dumps(figs, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
