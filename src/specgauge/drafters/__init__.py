@@ -3,5 +3,6 @@
 from specgauge.drafters.base import Drafter, drafter_kinds, make_drafter, register_drafter
 from specgauge.drafters import draft_model as _draft_model  # noqa: F401,E402  (kind "draft_model"; torch loads lazily)
 from specgauge.drafters import ngram as _ngram  # noqa: F401,E402  (kind "ngram")
+from specgauge.drafters import suffix as _suffix  # noqa: F401,E402  (kind "suffix")
 
 __all__ = ["Drafter", "drafter_kinds", "make_drafter", "register_drafter"]
