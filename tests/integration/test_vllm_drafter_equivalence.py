@@ -125,7 +125,7 @@ def suffix_scenarios(seed: int = 1, count: int = 36) -> list[dict[str, Any]]:
             r = running[int(rng.integers(len(running)))]
             left = len(r["out"]) - r["pos"]
             if left <= 2 and r["pos"] > 0 and rng.random() < 0.3 or left == 0:
-                ops.append({"op": "stop", "rid": r["rid"], "new": r["out"][r["pos"] :]})
+                ops.append({"op": "stop", "rid": r["rid"], "new": r["out"][r["pos"] :], "mml": r["mml"]})
                 running.remove(r)
                 continue
             step = int(rng.integers(1, min(4, left) + 1))
@@ -157,6 +157,7 @@ def drive_ours(scenario: dict[str, Any]) -> list[list[int]]:
             drafts.append(shared.propose(rid, history[rid], op["k"]))
         else:
             history[rid] += op["new"]
+            shared.max_model_len = op["mml"]
             shared.end(rid, history[rid][len(prompts[rid]) :])
     return drafts
 

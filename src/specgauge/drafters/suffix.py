@@ -306,9 +306,13 @@ class SuffixDrafter:
         return (local if local.score >= glob.score else glob).token_ids
 
     def end(self, request_id: str, output_ids: Sequence[int]) -> None:
-        """The rest of the output enters the global tree; the local tree is dropped (``stop_request``)."""
+        """The rest of the output enters the global tree; the local tree is dropped (``stop_request``).
+
+        In vLLM the final step's tokens reach the trees through one last propose call, which skips a
+        request that has reached ``max_model_len``: then they are not learned here either."""
         req = self._request(request_id)
-        self._learn(request_id, req, output_ids, offset=req.prompt_len)
+        if self.max_model_len is None or req.prompt_len + len(output_ids) < self.max_model_len:
+            self._learn(request_id, req, output_ids, offset=req.prompt_len)
         del self._active[request_id]
 
     def replay(self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> ReplayTrace:

@@ -36,8 +36,13 @@ def run(scenario: dict) -> list[list[int]]:
                 cache.evict_cached_response(rid)
             cache.start_request(rid, np.asarray(prompts[rid], dtype=np.int32))
         elif op["op"] == "spec":
-            cache.add_active_response(rid, op["new"])
+            mml = op.get("mml")
             history[rid].extend(op["new"])
+            if mml is not None and len(history[rid]) >= mml:
+                # SuffixDecodingProposer skips a request at max_model_len before adding its tokens
+                drafts.append([])
+                continue
+            cache.add_active_response(rid, op["new"])
             toks = np.asarray(history[rid], dtype=np.int32)
             n = len(toks)
             start = max(0, n - cfg["max_tree_depth"])
@@ -50,7 +55,10 @@ def run(scenario: dict) -> list[list[int]]:
             )
             drafts.append([int(t) for t in draft.token_ids])
         elif op["op"] == "stop":
-            if op["new"]:
+            # the final step's tokens reach the trees through one last propose, unless at max_model_len
+            mml = op.get("mml")
+            at_limit = mml is not None and len(history[rid]) + len(op["new"]) >= mml
+            if op["new"] and not at_limit:
                 cache.add_active_response(rid, op["new"])
             cache.stop_request(rid)
         else:
