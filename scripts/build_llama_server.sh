@@ -3,13 +3,13 @@
 #
 # Result: $PREFIX/bin/llama-server (static, ~16 MB) and $PREFIX/src (the llama.cpp source, which
 # holds convert_hf_to_gguf.py and gguf-py for turning transformers models into GGUF).
-# PREFIX defaults to $HOME/.cache/specgauge/llama-server-b11434. A finished build is reused.
+# PREFIX defaults to ${SPECGAUGE_CACHE:-$HOME/.cache/specgauge}/llama-server-b11434; a finished build is reused.
 # Facts: ../shared/llama-cpp.md (only the server target; LLAMA_USE_PREBUILT_UI=OFF keeps the
 # build offline; 4-12 min on 2 cores).
 set -euo pipefail
 
 VERSION=11434
-PREFIX="${PREFIX:-$HOME/.cache/specgauge/llama-server-b${VERSION}}"
+PREFIX="${PREFIX:-${SPECGAUGE_CACHE:-$HOME/.cache/specgauge}/llama-server-b${VERSION}}"
 JOBS="${JOBS:-2}"
 PY="${PYTHON:-python3}"
 

@@ -108,3 +108,9 @@ def test_connection_refused() -> None:
             return await Runner(RunnerSettings(url, "m"), get_dialect("vllm"), s).send(creq(0, "x"), 0, 0.0)
     r = asyncio.run(go())
     assert r.failure is FailureKind.connection_error
+
+
+def test_a_stale_keep_alive_connection_is_retried_once_not_a_failure() -> None:
+    with FakeServer(close_after_stream=True) as srv:
+        recs = run(srv, [creq(i, "tokens:3") for i in range(30)], [0.002 * i for i in range(30)], max_concurrency=1)
+    assert all(r.ok for r in recs), [r.error for r in recs if not r.ok][:3]

@@ -33,8 +33,10 @@ def parse_directive(text: str) -> dict[str, str]:
 
 
 class FakeServer:
-    def __init__(self, usage_per_chunk: bool = True, spec: bool = True, recording: dict[str, Any] | None = None) -> None:
+    def __init__(self, usage_per_chunk: bool = True, spec: bool = True, recording: dict[str, Any] | None = None,
+                 close_after_stream: bool = False) -> None:
         self.recording = recording
+        self.close_after_stream = close_after_stream  #: like llama.cpp: drop the connection after a stream
         self.replayed = 0
         self.usage_per_chunk = usage_per_chunk
         self.spec = spec
@@ -255,4 +257,4 @@ class FakeServer:
     async def _end(self, w: asyncio.StreamWriter, keep: bool) -> bool:
         w.write(b"0\r\n\r\n")
         await w.drain()
-        return keep
+        return keep and not self.close_after_stream

@@ -76,6 +76,7 @@ class _Stream:
     final: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     final_usage: bool = False  #: usage seen on a choice-less or finishing event (not just per-chunk)
+    retried: bool = False  #: the first POST met a stale keep-alive connection
     done: bool = False
 
 
@@ -173,7 +174,7 @@ class Runner:
     # -- one request ---------------------------------------------------------------------------
     async def _stream(self, req: Request, st: _Stream, sent: float) -> tuple[int, dict[str, Any] | None]:
         body = build_body(req, self.s, self.dialect)
-        async with self.session.post(self.s.url_for(req), json=body, headers=self.s.request_headers()) as resp:
+        async with await self._post(req, body, st) as resp:
             if resp.status >= 400 or resp.status < 200:
                 raise RequestFailed(FailureKind.http_status, f"HTTP {resp.status}: {await _read_error_body(resp)}", resp.status)
             ctype = resp.headers.get("Content-Type", "")
@@ -203,6 +204,19 @@ class Runner:
             if not st.final_usage:
                 raise RequestFailed(FailureKind.stream_cut_short, "stream ended without the final usage", resp.status)
             return resp.status, st.final
+
+    async def _post(self, req: Request, body: dict[str, Any], st: _Stream) -> aiohttp.ClientResponse:
+        """POST, retrying once when a pooled keep-alive connection turns out to be closed before
+        any response byte (llama.cpp's server closes connections after a stream; the next request
+        can race the FIN). Nothing was processed by the server then, so the retry is safe."""
+        url, headers = self.s.url_for(req), self.s.request_headers()
+        try:
+            return await self.session.post(url, json=body, headers=headers)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+            if isinstance(e, aiohttp.ClientConnectorError):
+                raise
+            st.retried = True
+            return await self.session.post(url, json=body, headers=headers)
 
     def _events(self, events: list[SSEEvent], t: float, st: _Stream, status: int) -> None:
         """Applies stream events that arrived together at ``t`` (s after send)."""
@@ -294,6 +308,8 @@ class Runner:
         if st.final:
             spec = self.dialect.request_spec(st.final)
             extra = self.dialect.request_extra(st.final)
+        if st.retried:
+            extra["retried_stale_connection"] = True
         rec = RequestRecord.model_construct(  # every value is built here, typed; validating 1000s of chunks costs more than the rest
             id=req.id,
             segment=req.segment,

@@ -30,7 +30,7 @@ PROMPTS = [
 async def record(base: str, model: str, dialect: str, n: int, max_tokens: int) -> dict:
     d = get_dialect(dialect)
     out: dict = {"server": dialect, "request_bodies": [], "responses": [], "get": {}}
-    async with aiohttp.ClientSession() as s:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
         for p in d.identity_paths():
             async with s.get(base + p) as r:
                 if r.status == 200:
