@@ -485,6 +485,7 @@ def _vllm_keys(m: LatencyMetrics, cfg: BenchConfig, percentiles: Sequence[float]
         "output_throughput": finite_or_none(m.output_throughput),
         "total_token_throughput": finite_or_none(m.total_token_throughput),
         "max_concurrent_requests": m.max_concurrent_requests,
+        "max_output_tokens_per_s": finite_or_none(m.max_output_tokens_per_s),
         "max_concurrency": cfg.max_concurrency,
         "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
         "burstiness": cfg.burstiness,
@@ -526,6 +527,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("request_goodput") is not None:
         row("Request goodput (req/s):", s["request_goodput"], ".2f")
     row("Output token throughput (tok/s):", s["output_throughput"], ".2f")
+    row("Peak output token throughput (tok/s):", s.get("max_output_tokens_per_s"), ".2f")
     row("Peak concurrent requests:", s["max_concurrent_requests"])
     row("Total token throughput (tok/s):", s["total_token_throughput"], ".2f")
     heads = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),

@@ -77,3 +77,10 @@ def test_goodput() -> None:
     for bad, msg in ((["ttft"], "NAME:MILLISECONDS"), (["foo:1"], "choose one of"), (["tpot:x"], "not a number")):
         with pytest.raises(ValueError, match=msg):
             parse_goodput(bad)
+
+
+def test_peak_output_tokens_per_second_bucket() -> None:
+    a = rec([(0.1, 1), (0.5, 3), (1.2, 4)], rid="a")
+    b = rec([(0.2, 2), (1.9, 1)], rid="b")
+    assert latency_metrics([a, b], 2.0).max_output_tokens_per_s == 6.0  # second 0: 1+3+2
+    assert math.isnan(latency_metrics([rec([], ok=False)], 1.0).max_output_tokens_per_s)

@@ -43,4 +43,4 @@ def test_peak_and_last_per_device() -> None:
     s = M.MemorySampler(tool="nvidia-smi")
     s.samples = [M.parse_nvidia_smi("0, 100, 1000"), M.parse_nvidia_smi("0, 300, 1000"), M.parse_nvidia_smi("0, 200, 1000")]
     d = s.summary()["devices"][0]
-    assert d == {"peak_used_mib": 300.0, "total_mib": 1000.0, "last_used_mib": 200.0}
+    assert d == {"peak_used_mib": 300.0, "total_mib": 1000.0, "last_used_mib": 200.0, "min_free_mib": 700.0}

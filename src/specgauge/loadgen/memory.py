@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +140,7 @@ class MemorySampler:
                 d = devices.setdefault(int(r["device"]), {"peak_used_mib": 0.0, "total_mib": r["total_mib"]})
                 d["peak_used_mib"] = max(d["peak_used_mib"], r["used_mib"])
                 d["last_used_mib"] = r["used_mib"]
+                d["min_free_mib"] = min(d.get("min_free_mib", math.inf), r["total_mib"] - r["used_mib"])  # headroom
         out: dict[str, Any] = {"tool": self.tool, "samples": len(self.samples), "devices": devices}
         if not self.samples:
             out["reason"] = "no sample succeeded: " + "; ".join(self.errors[:3])

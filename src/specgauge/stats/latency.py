@@ -113,6 +113,7 @@ class LatencyMetrics:
     client_queue: Dist
     send_lag: Dist  #: dispatch - scheduled time: the load generator's own lateness (slot waits excluded)
     max_concurrent_requests: int
+    max_output_tokens_per_s: float = math.nan
     token_count_sources: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -140,6 +141,7 @@ class LatencyMetrics:
             "total_token_throughput": finite_or_none(self.total_token_throughput),
             "request_goodput": finite_or_none(self.request_goodput) if self.request_goodput is not None else None,
             "max_concurrent_requests": self.max_concurrent_requests,
+            "max_output_tokens_per_s": finite_or_none(self.max_output_tokens_per_s),
             "token_count_sources": self.token_count_sources,
         }
         for name, d in self.dists().items():
@@ -163,6 +165,21 @@ def _peak_concurrency(recs: Sequence[RequestRecord]) -> int:
         cur += d
         peak = max(peak, cur)
     return peak
+
+
+def _peak_output_tokens_per_s(recs: Sequence[RequestRecord]) -> float:
+    """vLLM's ``max_output_tokens_per_s``: output tokens landing in the busiest 1-second bucket."""
+    ok = [r for r in recs if r.ok and r.chunks]
+    if not ok:
+        return math.nan
+    t0 = min(r.started_at for r in ok)
+    buckets: dict[int, int] = {}
+    for r in ok:
+        base = r.started_at - t0
+        for c in r.chunks:
+            b = int(base + c.t)
+            buckets[b] = buckets.get(b, 0) + c.n
+    return float(max(buckets.values()))
 
 
 def latency_metrics(
@@ -228,6 +245,7 @@ def latency_metrics(
         client_queue=describe(queue, percentiles, no_ok or "no data"),
         send_lag=describe(lag, (50.0, 99.0), "no request"),
         max_concurrent_requests=_peak_concurrency(records),
+        max_output_tokens_per_s=_peak_output_tokens_per_s(records),
         token_count_sources=srcs,
         reasons=reasons,
     )
