@@ -14,13 +14,11 @@ Prints ratios, asserts nothing (timing belongs here, not in tests):
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,125 @@
+"""The run summary: ``vllm bench serve``-compatible keys at the top level, ours under ``specgauge``.
+
+Built from the records on disk and the per-session server snapshots in ``run.json``, so a resumed or
+re-analysed run summarises every request, whichever session sent it. Top-level keys mean what
+vLLM's mean (``mean_ttft_ms``, ``p99_itl_ms``…, ``spec_decode_*`` from the counter diff); note that
+``*_itl_ms`` here is per token (a chunk carrying n tokens gives n gaps of g/n), vLLM's per-chunk ITL
+is kept as ``specgauge.latency.chunk_itl``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from specgauge import __version__
+from specgauge.records import RequestRecord, RunRecord, SpecCounts
+from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
+from specgauge.stats.distributions import finite_or_none, pct_label
+from specgauge.stats.latency import LatencyMetrics, latency_metrics
+
+
+def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    last = sessions[-1].get("kv_cache") if sessions else None
+    samples = [x["kv_cache_usage"] for s in sessions for x in s.get("kv_samples") or []]
+    if last is None and not samples:
+        return None
+    out: dict[str, Any] = dict(last or {})
+    if samples:
+        out["peak_kv_cache_usage_during_run"] = max(samples)
+        out["samples_during_run"] = len(samples)
+    else:
+        out["reason_no_samples"] = "no /metrics sample during the run (shorter than --memory-interval, or not exposed)"
+    return out
+
+
+def _counter_total(sessions: Sequence[dict[str, Any]]) -> SpecCounts | None:
+    specs = [SpecCounts.model_validate(s["counter_spec"]) for s in sessions if s.get("counter_spec")]
+    if len(specs) != len([s for s in sessions if "counter_spec" in s]) or not specs:
+        return None
+    return SpecCounts.total(specs)
+
+
+def _segments(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    out: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        out.setdefault(r.segment, []).append(r)
+    return out
+
+
+def summarize(
+    records: Sequence[RequestRecord], sessions: Sequence[dict[str, Any]], run: RunRecord, config: dict[str, Any],
+    percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float],
+) -> dict[str, Any]:
+    dur = sum(float(s.get("duration_s", 0.0)) for s in sessions) or 0.0
+    pcts = sorted(set(percentiles) | {50.0, 90.0, 95.0, 99.0})
+    m = latency_metrics(records, dur, pcts, goodput or None)
+    s: dict[str, Any] = _vllm_keys(m, config, percentiles, selected, goodput)
+    per_req_acc = acceptance_summary(records, pcts)
+    counters = _counter_total(sessions)
+    per_req_total = SpecCounts.total([r.spec for r in records if r.ok and r.spec is not None])
+    spec_src = counters or per_req_total
+    if spec_src is not None and spec_src.draft_tokens:
+        s["spec_decode_acceptance_rate"] = finite_or_none(spec_src.acceptance_rate * 100)
+        s["spec_decode_acceptance_length"] = finite_or_none(spec_src.mean_acceptance_length)
+        s["spec_decode_num_drafts"] = spec_src.drafts
+        s["spec_decode_draft_tokens"] = spec_src.draft_tokens
+        s["spec_decode_accepted_tokens"] = spec_src.accepted_tokens
+        s["spec_decode_per_position_acceptance_rates"] = spec_src.per_position_rate
+    gauges = {k: v for sess in sessions for k, v in (sess.get("spec_gauges") or {}).items()}
+    s["specgauge"] = {
+        "version": __version__,
+        "dialect": run.dialect,
+        "server": run.server,
+        "sessions": len(sessions),
+        "resumed_from": run.resumed_from,
+        "warnings": run.warnings,
+        "latency": m.to_json(),
+        "acceptance": {
+            "counters": counts_json(counters, "no speculative counters in /metrics (speculation off, or not exposed)"),
+            **per_req_acc,
+            "agreement": agreement(per_req_total, counters),
+            "server_gauges": gauges,
+        },
+        "segments": {
+            seg: {
+                "latency": latency_metrics(rs, dur, pcts, goodput or None).to_json(),
+                "acceptance": acceptance_summary(rs, pcts),
+            }
+            for seg, rs in sorted(_segments(records).items())
+        },
+        "memory": {
+            "device": sessions[-1].get("memory") if sessions else None,
+            "kv_cache": _kv_summary(sessions),
+        },
+    }
+    return s
+
+
+def _vllm_keys(m: LatencyMetrics, config: dict[str, Any], percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float]) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "duration": m.duration_s,
+        "completed": m.completed,
+        "failed": m.failed,
+        "total_input_tokens": m.total_input_tokens,
+        "total_output_tokens": m.total_output_tokens,
+        "request_throughput": finite_or_none(m.request_throughput),
+        "request_goodput": finite_or_none(m.request_goodput) if goodput and m.request_goodput is not None else None,
+        "output_throughput": finite_or_none(m.output_throughput),
+        "total_token_throughput": finite_or_none(m.total_token_throughput),
+        "max_concurrent_requests": m.max_concurrent_requests,
+        "max_output_tokens_per_s": finite_or_none(m.max_output_tokens_per_s),
+        "max_concurrency": config.get("max_concurrency"),
+        "request_rate": "inf" if math.isinf(float(config.get("request_rate", math.inf))) else config.get("request_rate"),
+        "burstiness": config.get("burstiness"),
+    }
+    dists = m.dists()
+    for name in selected:
+        d = dists[name]
+        s[f"mean_{name}_ms"] = finite_or_none(d.mean * 1000)
+        s[f"median_{name}_ms"] = finite_or_none(d.median * 1000)
+        s[f"std_{name}_ms"] = finite_or_none(d.std * 1000)
+        for p in percentiles:
+            s[f"p{pct_label(p)}_{name}_ms"] = finite_or_none(d.pct(p) * 1000)
+    return s
