@@ -59,15 +59,19 @@ def f32(x: float) -> float:
     return _F32.unpack(_F32.pack(x))[0]
 
 
+_NO_CHILDREN: dict[int, _Node] = {}  # shared by leaves, never mutated (replaced on the first child)
+_NO_ORDER: list[_Node] = []
+
+
 class _Node:
     __slots__ = ("count", "token", "parent", "children", "order")
 
-    def __init__(self, token: int, parent: _Node | None) -> None:
-        self.count = 0
+    def __init__(self, token: int, parent: _Node | None, count: int = 0) -> None:
+        self.count = count
         self.token = token
         self.parent = parent
-        self.children: dict[int, _Node] = {}
-        self.order: list[_Node] = []  # children by decreasing count, C++ sibling-list order
+        self.children: dict[int, _Node] = _NO_CHILDREN
+        self.order: list[_Node] = _NO_ORDER  # children by decreasing count, C++ sibling-list order
 
 
 def _neg_count(n: _Node) -> int:
@@ -141,10 +145,12 @@ class SuffixTree:
         for i, node in enumerate(active):
             child = node.children.get(token)
             if child is None:
-                child = _Node(token, node)
-                child.count = 1
-                node.children[token] = child
-                node.order.append(child)
+                child = _Node(token, node, 1)
+                if node.children is _NO_CHILDREN:
+                    node.children, node.order = {token: child}, [child]
+                else:
+                    node.children[token] = child
+                    node.order.append(child)
             else:
                 _increment(child)
             active[i] = child
