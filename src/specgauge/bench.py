@@ -258,6 +258,8 @@ async def _session_run(
         before, why = await scrape(session, cfg.base_url, headers)
         if why:
             run.warnings.append(f"no counter snapshot: {why}")
+        elif before is not None and dialect.spec_config(before):
+            run.server["speculative_config_inferred"] = dialect.spec_config(before)
         mem = MemorySampler(cfg.memory_interval)
         mem.start()
         times = arrival_process(cfg, [r for _, r in todo]).times(len(todo), cfg.seed)

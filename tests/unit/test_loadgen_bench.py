@@ -56,6 +56,7 @@ def test_clean_run_summary_keys_acceptance_equal_and_secret_not_written(tmp_path
     run = json.loads((tmp_path / "o" / "run.json").read_text())
     assert run["config"]["api_key_set"] is True and "api_key" not in run["config"]
     assert run["sessions"][0]["counters_before"] is not None and run["server"]["/version"] == {"version": "fake-1"}
+    assert run["server"]["speculative_config_inferred"]["num_speculative_tokens"] == 4
     text = format_summary(s)
     assert "Serving Benchmark Result" in text and "Per-request sums equal counters:         yes" in text
 

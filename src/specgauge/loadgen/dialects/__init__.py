@@ -52,6 +52,16 @@ class Dialect:
         """KV-cache usage/configuration read from a snapshot; keys absent when not exposed."""
         return {}
 
+    def spec_config(self, snap: Snapshot) -> dict[str, Any]:
+        """What the counters reveal of the speculative config: k = the number of positions."""
+        if not self.metric_prefix:
+            return {}
+        pos = {dict(ls).get("position") for ls in snap.select(f"{self.metric_prefix}:spec_decode_num_accepted_tokens_per_pos_total")}
+        pos.discard(None)
+        if not pos:
+            return {}
+        return {"num_speculative_tokens": len(pos), "source": "position labels of the per-position counter"}
+
     def spec_gauges(self, snap: Snapshot) -> dict[str, float]:
         """Acceptance figures the server exposes only as gauges (reported, never diffed)."""
         return {}
