@@ -155,13 +155,17 @@ def arrival_process(cfg: BenchConfig, reqs: Sequence[Request]) -> A.Arrivals:
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any:
+    return (await _get_json_status(session, url, headers))[0]
+
+
+async def _get_json_status(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> tuple[Any, int | None]:
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as r:
             if r.status != 200:
-                return None
-            return await r.json(content_type=None)
+                return None, r.status
+            return await r.json(content_type=None), r.status
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-        return None
+        return None, None
 
 
 async def scrape(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str]) -> tuple[Snapshot | None, str | None]:
@@ -235,7 +239,9 @@ async def _session_run(
     headers = {"Authorization": f"Bearer {cfg.api_key.get_secret_value()}"} if cfg.api_key else {}
     sess_info: dict[str, Any] = {"started_at": time.time(), "requests": len(todo)}
     async with new_session(cfg.max_concurrency) as session:
-        models = await _get_json(session, cfg.base_url + "/v1/models", headers)
+        models, status = await _get_json_status(session, cfg.base_url + "/v1/models", headers)
+        if status in (401, 403):
+            raise BenchError(f"{cfg.base_url} refused the request (HTTP {status}): check --api-key")
         model = cfg.model
         if model is None:
             try:
@@ -345,10 +351,15 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
         if wrong:
             raise BenchError(f"--endpoint {cfg.endpoint} takes {want} requests; {wrong[0]} (and {len(wrong) - 1} more) is not")
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     results = ResultsFile(out / "results.jsonl", fsync=cfg.fsync)
     run_path = out / "run.json"
-    existing = results.existing()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        existing = results.existing()
+    except OSError as e:
+        raise BenchError(f"--output-dir {out}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise BenchError(str(e)) from None
     if existing and not cfg.resume:
         raise BenchError(f"{results.path} already holds {len(existing)} results; pass --resume to continue it, or another --output-dir")
     run = RunRecord(specgauge_version=__version__, started_at=time.time(), config=cfg.public(), dialect=cfg.dialect)

@@ -135,3 +135,15 @@ def test_self_timed_trace_replay_records_scheduled_times(tmp_path: Path) -> None
     recs = sorted(ResultsFile(tmp_path / "o" / "results.jsonl").existing(), key=lambda r: r.index)
     assert [r.scheduled_s for r in recs] == pytest.approx([0.0, 0.1, 0.2])
     assert all(r.sent_s >= r.scheduled_s for r in recs)
+
+
+def test_unusable_output_dir_and_corrupt_results_are_user_errors(tmp_path: Path) -> None:
+    w = workload(tmp_path, ["tokens:2"])
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BenchError, match="--output-dir"):
+        run_bench(BenchConfig(base_url="http://127.0.0.1:9", workload=[w], output_dir=tmp_path / "file" / "sub"))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "results.jsonl").write_text('{"not": "a record"}\n')
+    with pytest.raises(BenchError, match="results.jsonl:1: not a specgauge request record"):
+        run_bench(BenchConfig(base_url="http://127.0.0.1:9", workload=[w], output_dir=bad, resume=True))
