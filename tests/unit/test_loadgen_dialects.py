@@ -103,3 +103,15 @@ def test_sglang_openai_usage_details() -> None:
     both = d.request_spec({"usage": usage, "meta_info": {"spec_verify_ct": 12}})
     assert both is not None and (both.drafts, both.draft_tokens, both.accepted_tokens) == (12, 40, 18)
     assert d.request_spec({"usage": {"completion_tokens": 3}}) is None
+
+
+def test_unknown_dialect_names_the_known_ones() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from specgauge.bench import BenchConfig
+
+    with pytest.raises(ValueError, match="vllm, llamacpp, sglang, embedded"):
+        get_dialect("tgi")
+    with pytest.raises(ValidationError, match="unknown server dialect 'tgi'"):
+        BenchConfig(base_url="http://x", workload=["w"], output_dir="o", dialect="tgi")

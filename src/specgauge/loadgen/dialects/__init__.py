@@ -7,11 +7,14 @@ The runner, the SSE parser and the metrics are shared; a dialect only says
 - the speculative counts of a run, from the ``/metrics`` diff (``counter_spec``),
 - the server's identity and memory/KV information.
 
-Dialects are registered by name (``DIALECTS``); ``detect`` picks one from ``/metrics`` names.
+Dialects are registered by name (built-ins, plus plugins under the entry-point group
+``specgauge.dialects``); ``detect`` picks one from ``/metrics`` names.
 """
 
 from __future__ import annotations
 
+import warnings
+from importlib.metadata import entry_points
 from typing import Any
 
 from specgauge.loadgen.metrics_scrape import CounterDiff, Snapshot
@@ -105,22 +108,34 @@ def _registry() -> dict[str, type[Dialect]]:
     from specgauge.loadgen.dialects.sglang import SGLangDialect
     from specgauge.loadgen.dialects.vllm import VLLMDialect
 
-    return {
+    reg: dict[str, type[Dialect]] = {
         "openai": Dialect,
         "vllm": VLLMDialect,
         "llamacpp": LlamaCppDialect,
         "sglang": SGLangDialect,
         "embedded": EmbeddedDialect,
     }
+    # plugins: an entry point in group "specgauge.dialects" naming a Dialect subclass
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in reg:
+            try:
+                cls = ep.load()
+            except Exception as e:  # a broken plugin must not break the built-ins
+                warnings.warn(f"dialect plugin {ep.name!r} failed to load: {e}", stacklevel=2)
+                continue
+            if isinstance(cls, type) and issubclass(cls, Dialect):
+                reg[ep.name] = cls
+    return reg
 
 
+ENTRY_POINT_GROUP = "specgauge.dialects"
 DIALECT_NAMES = ("auto", "openai", "vllm", "llamacpp", "sglang", "embedded")
 
 
 def get_dialect(name: str) -> Dialect:
     reg = _registry()
     if name not in reg:
-        raise ValueError(f"unknown server dialect {name!r}; choose one of {', '.join(DIALECT_NAMES)}")
+        raise ValueError(f"unknown server dialect {name!r}; choose one of auto, {', '.join(reg)}")
     return reg[name]()
 
 
