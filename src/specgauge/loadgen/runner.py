@@ -80,19 +80,19 @@ class _Stream:
     done: bool = False
 
 
-def _output_of(obj: dict[str, Any], st: _Stream) -> bool:
+def _output_of(choices: list[Any], st: _Stream) -> bool:
     """Appends this event's text; True when it carried output (text, reasoning or tool calls)."""
     has = False
-    for c in obj.get("choices") or ():
-        if not isinstance(c, dict):
+    for c in choices:
+        if type(c) is not dict:
             continue
         d = c.get("delta")
-        if isinstance(d, dict):
+        if d is not None and type(d) is dict:
             piece = d.get("content")
             if piece:
                 st.text.append(piece)
                 has = True
-            if d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls"):
+            elif d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls"):
                 has = True
         else:
             piece = c.get("text")
@@ -219,8 +219,9 @@ class Runner:
             return await self.session.post(url, json=body, headers=headers)
 
     def _events(self, events: list[SSEEvent], t: float, st: _Stream, status: int) -> None:
-        """Applies stream events that arrived together at ``t`` (s after send)."""
-        dialect = self.dialect
+        """Applies stream events that arrived together at ``t`` (s after send). The hot loop:
+        one JSON decode per event, the rest dict lookups."""
+        cumulative = self.dialect.cumulative_tokens
         for ev in events:
             if st.done:
                 continue
@@ -237,12 +238,13 @@ class Runner:
                     raise ValueError("extra data after the JSON value")
             except ValueError:
                 raise RequestFailed(FailureKind.invalid_json, f"SSE data is not JSON: {payload[:80]!r}", status) from None
-            if not isinstance(obj, dict):
+            if type(obj) is not dict:
                 raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", status)
-            if "error" in obj and not obj.get("choices"):
+            choices = obj.get("choices")
+            if "error" in obj and not choices:
                 raise RequestFailed(FailureKind.error_payload, _error_message(obj), status)
-            has_out = _output_of(obj, st)
-            cum = dialect.cumulative_tokens(obj)
+            has_out = _output_of(choices, st) if choices else False
+            cum = cumulative(obj)
             n = -1
             if cum is not None:
                 n = cum - st.prev_cum
@@ -252,13 +254,18 @@ class Runner:
             if has_out or n > 0:
                 st.times.append(t)
                 st.counts.append(n)
-            if isinstance(obj.get("usage"), dict) and (not obj.get("choices") or st.finish_reason is not None):
-                st.final_usage = True
-            for k in _FINAL_KEYS:
-                if k in obj and obj[k] is not None:
-                    st.final[k] = obj[k]
-            if "meta_info" in payload and obj.get("choices"):
-                st.final["choices"] = obj["choices"]
+            if not choices or st.finish_reason is not None:  # terminal events carry usage and the extras
+                if type(obj.get("usage")) is dict:
+                    st.final_usage = True
+                final = st.final
+                for k in _FINAL_KEYS:
+                    v = obj.get(k)
+                    if v is not None:
+                        final[k] = v
+                if choices and "meta_info" in payload:
+                    final["choices"] = choices
+            elif "usage" in obj:
+                st.final["usage"] = obj["usage"]  # per-chunk usage: the latest totals
 
     async def send(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
         """Waits for a slot, sends, classifies. Never raises except on cancellation."""

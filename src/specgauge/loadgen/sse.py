@@ -10,7 +10,7 @@ server never sends one and such bytes mean the body is not an event stream at al
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _FIELDS = frozenset(("data", "event", "id", "retry"))
 _BFIELDS = frozenset(f.encode() for f in _FIELDS)
@@ -20,8 +20,7 @@ class MalformedSSE(ValueError):
     """The bytes are not a Server-Sent-Events stream."""
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
     data: str
     event: str = "message"
     id: str | None = None
