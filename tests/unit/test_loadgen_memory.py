@@ -44,3 +44,38 @@ def test_peak_and_last_per_device() -> None:
     s.samples = [M.parse_nvidia_smi("0, 100, 1000"), M.parse_nvidia_smi("0, 300, 1000"), M.parse_nvidia_smi("0, 200, 1000")]
     d = s.summary()["devices"][0]
     assert d == {"peak_used_mib": 300.0, "total_mib": 1000.0, "last_used_mib": 200.0, "min_free_mib": 700.0}
+
+
+def test_samples_a_tool_found_on_path(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho '0, 1500, 81920'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    async def go() -> dict:
+        s = M.MemorySampler(0.01)
+        s.start()
+        await asyncio.sleep(0.3)
+        await s.stop()
+        return s.summary()
+
+    summ = asyncio.run(go())
+    assert summ["tool"] == "nvidia-smi" and summ["samples"] >= 1
+    assert summ["devices"][0]["peak_used_mib"] == 1500.0 and summ["devices"][0]["min_free_mib"] == 81920.0 - 1500.0
+
+
+def test_failing_tool_is_reported_not_zero(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "rocm-smi"
+    tool.write_text("#!/bin/sh\necho 'no GPU' >&2\nexit 3\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    async def go() -> dict:
+        s = M.MemorySampler(0.01)
+        s.start()
+        await asyncio.sleep(0.2)
+        await s.stop()
+        return s.summary()
+
+    summ = asyncio.run(go())
+    assert summ["tool"] == "rocm-smi" and summ["samples"] == 0 and "exited 3" in summ["reason"] and summ["devices"] == {}
