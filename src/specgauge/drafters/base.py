@@ -29,7 +29,8 @@ import numpy as np
 
 @dataclass
 class ReplayTrace:
-    """The verification steps a speculative engine takes over one logged output, in order.
+    """The decode steps a speculative engine takes over one logged output, in order (the prefill
+    that emits output token 0 is not one of them).
 
     ``drafted[s]`` draft tokens were proposed at step s (0 when the drafter proposed nothing: still a
     step, but not a draft), ``accepted[s]`` of them were kept (a prefix). Each step also emits one
@@ -44,15 +45,17 @@ def replay_by_stepping(
     drafter: Drafter, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int
 ) -> ReplayTrace:
     """Reference replay: the engine loop, one ``propose`` per step (the replay theorem makes this exact
-    for deterministic drafters). Accept the longest prefix of the proposal that the logged output
-    continues with, emit one more token (bonus or correction), repeat until the output is consumed.
+    for deterministic drafters). Output token 0 comes from the prefill forward, with no draft (as in
+    vLLM and the embedded engine), so the trace covers the decode steps that emit tokens 1..n-1. At
+    each decode step: accept the longest prefix of the proposal that the logged output continues
+    with, emit one more token (bonus or correction), repeat until the output is consumed.
     Drafters may offer a faster ``replay`` that must give the same trace."""
     drafter.begin(request_id, prompt_ids)
-    history = list(prompt_ids)
     out = list(output_ids)
+    history = list(prompt_ids) + out[:1]
     drafted: list[int] = []
     accepted: list[int] = []
-    pos = 0
+    pos = 1
     while pos < len(out):
         d = drafter.propose(request_id, history, k)
         a = 0

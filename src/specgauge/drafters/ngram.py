@@ -36,9 +36,9 @@ import numpy as np
 
 from specgauge.drafters.base import ReplayTrace, register_drafter
 
-#: the step at which the first draft is proposed; matches ``base.replay_by_stepping`` (see report:
-#: vLLM itself drafts only after the prefill has produced output token 0, i.e. from position 1)
-FIRST_DRAFT_POS = 0
+#: the output position of the first draft: vLLM drafts only after the prefill has produced output
+#: token 0, i.e. from position 1 (``base.replay_by_stepping`` does the same)
+FIRST_DRAFT_POS = 1
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:

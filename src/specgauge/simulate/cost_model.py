@@ -11,10 +11,10 @@ Time is counted in units of one plain decode step of the target at batch size B,
   step time over the target's; ~0 for n-gram / suffix lookups), plus ``step_overhead`` per step
   (scheduling, rejection sampling, host work).
 
-For a replayed run with S target steps, N output tokens and D drafted tokens (measured per step,
-not an i.i.d. α assumption):
+For a replayed run with S decode steps, N decode tokens (output tokens after the first, which the
+prefill emits either way) and D drafted tokens (measured per step, not an i.i.d. α assumption):
 
-    baseline = N                                   (one step per token)
+    baseline = N                                   (one decode step per token)
     spec     = S·V(B, 1 + D/S) + D·c + S·o         with V(B, n) = T(B·n) / T(B)
     speedup  = baseline / spec
 
@@ -94,16 +94,16 @@ class SpeedupPrediction(BaseModel):
 
 
 def predict_speedup(
-    method: str, k: int, output_tokens: int, steps: int, draft_tokens: int, batch: int, profile: CostProfile
+    method: str, k: int, decode_tokens: int, steps: int, draft_tokens: int, batch: int, profile: CostProfile
 ) -> SpeedupPrediction:
     """Speedup over no speculation for a replayed set of requests (see module docstring)."""
-    if steps == 0 or output_tokens == 0:
+    if steps == 0 or decode_tokens == 0:
         return SpeedupPrediction(method=method, k=k, batch=batch, tokens_per_step=None, predicted_speedup=None,
                                  note="no output tokens to replay")
     n_per_seq = 1 + draft_tokens / steps
     spec = steps * step_time(batch, n_per_seq, profile.saturation_tokens) + draft_tokens * profile.c(method) + steps * profile.step_overhead
     return SpeedupPrediction(
-        method=method, k=k, batch=batch, tokens_per_step=output_tokens / steps, predicted_speedup=output_tokens / spec
+        method=method, k=k, batch=batch, tokens_per_step=decode_tokens / steps, predicted_speedup=decode_tokens / spec
     )
 
 

@@ -86,6 +86,7 @@ class AcceptanceSummary(BaseModel):
     k: int
     requests: int
     output_tokens: int
+    decode_tokens: int = Field(description="output tokens after the first (which the prefill emits)")
     steps: int
     drafts: int
     draft_tokens: int
@@ -93,7 +94,7 @@ class AcceptanceSummary(BaseModel):
     acceptance_rate: float | None = Field(description="token-weighted: accepted / drafted tokens")
     mean_acceptance_length: float | None = Field(description="1 + accepted / drafts")
     per_position_rate: list[float | None]
-    tokens_per_step: float | None = Field(description="output tokens / target steps")
+    tokens_per_step: float | None = Field(description="decode tokens (output after the prefill's first) / decode steps")
     draft_share: float | None = Field(description="share of steps that carried a draft")
     request_acceptance_rate: Spread = Field(description="per-request acceptance rate across requests")
     request_mean_acceptance_length: Spread
@@ -117,7 +118,7 @@ class AcceptanceAccumulator:
 
     def __init__(self, method: str, k: int) -> None:
         self.method, self.k = method, k
-        self.requests = self.output_tokens = self.steps = self.drafts = self.draft_tokens = self.accepted = 0
+        self.requests = self.output_tokens = self.decode_tokens = self.steps = self.drafts = self.draft_tokens = self.accepted = 0
         self.per_pos = np.zeros(k, dtype=np.int64)
         self.hist = np.zeros(k + 1, dtype=np.int64)
         self.rates: list[float] = []
@@ -127,6 +128,7 @@ class AcceptanceAccumulator:
     def add(self, r: RequestAcceptance) -> None:
         self.requests += 1
         self.output_tokens += r.output_tokens
+        self.decode_tokens += max(0, r.output_tokens - 1)
         self.steps += r.steps
         self.drafts += r.drafts
         self.draft_tokens += r.draft_tokens
@@ -145,12 +147,13 @@ class AcceptanceAccumulator:
         drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
         notes = [] if drafts else ["no drafts were proposed: acceptance is undefined (not 0)"]
         return AcceptanceSummary(
-            method=self.method, k=self.k, requests=self.requests, output_tokens=self.output_tokens, steps=steps,
+            method=self.method, k=self.k, requests=self.requests, output_tokens=self.output_tokens,
+            decode_tokens=self.decode_tokens, steps=steps,
             drafts=drafts, draft_tokens=dtok, accepted_tokens=acc,
             acceptance_rate=acc / dtok if dtok else None,
             mean_acceptance_length=1 + acc / drafts if drafts else None,
             per_position_rate=[int(p) / drafts if drafts else None for p in self.per_pos],
-            tokens_per_step=self.output_tokens / steps if steps else None,
+            tokens_per_step=self.decode_tokens / steps if steps else None,
             draft_share=drafts / steps if steps else None,
             request_acceptance_rate=Spread.of(self.rates, "no request had a draft"),
             request_mean_acceptance_length=Spread.of(self.mals, "no request had a draft"),

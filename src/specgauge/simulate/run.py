@@ -132,13 +132,14 @@ def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
     """Greedy draft model from one teacher-forced pass: ``match[j]`` says the draft's argmax at output
     position j (given the true history) equals the logged token. A step at ``pos`` proposes k tokens;
     token i is accepted iff tokens pos..pos+i all match (after a mismatch the history diverges, but
-    those tokens are rejected anyway), so accepted = min(k, run of matches from pos)."""
+    those tokens are rejected anyway), so accepted = min(k, run of matches from pos). Output token 0
+    comes from the prefill, so the first step is at pos 1."""
     n = len(match)
     idx = np.arange(n)
     next_false = np.minimum.accumulate(np.where(match, n, idx)[::-1])[::-1] if n else idx
     run = next_false - idx
     drafted, accepted = [], []
-    pos = 0
+    pos = 1
     while pos < n:
         a = min(int(run[pos]), k)
         drafted.append(k)
@@ -305,7 +306,7 @@ def _segment(
             s = acc.summary()
             sums.append(s)
             for b in cfg.batch_sizes:
-                p = predict_speedup(label, k, s.output_tokens, s.steps, s.draft_tokens, b, profiles.for_method(label))
+                p = predict_speedup(label, k, s.decode_tokens, s.steps, s.draft_tokens, b, profiles.for_method(label))
                 preds.append(p)
                 if b == cfg.batch_sizes[0] and p.predicted_speedup is not None and p.predicted_speedup > best_val:
                     best_val, best_k = p.predicted_speedup, k
