@@ -40,18 +40,20 @@ float32 (exact here: double results rounded once to float32 equal float32 arithm
 
 from __future__ import annotations
 
+import os
 import struct
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
-from specgauge.drafters.base import ReplayTrace, register_drafter, replay_by_stepping
+from specgauge.drafters._suffix_native import NativeSuffixCache, native_available
+from specgauge.drafters.base import ReplayTrace, register_drafter
 
 _F32 = struct.Struct("f")
+BACKENDS = ("auto", "python", "native")
 
 
 def f32(x: float) -> float:
@@ -59,17 +61,23 @@ def f32(x: float) -> float:
     return _F32.unpack(_F32.pack(x))[0]
 
 
+_NO_TOKENS: list[int] = []
+_NO_PROBS: list[float] = []
+
+
 _NO_CHILDREN: dict[int, _Node] = {}  # shared by leaves, never mutated (replaced on the first child)
 _NO_ORDER: list[_Node] = []
 
 
 class _Node:
-    __slots__ = ("count", "token", "parent", "children", "order")
+    """A trie node. No parent pointer: the trie holds no reference cycles, so evicted subtrees are
+    freed by reference counting and the cyclic garbage collector has nothing to find in it."""
 
-    def __init__(self, token: int, parent: _Node | None, count: int = 0) -> None:
+    __slots__ = ("count", "token", "children", "order")
+
+    def __init__(self, token: int, count: int = 0) -> None:
         self.count = count
         self.token = token
-        self.parent = parent
         self.children: dict[int, _Node] = _NO_CHILDREN
         self.order: list[_Node] = _NO_ORDER  # children by decreasing count, C++ sibling-list order
 
@@ -83,8 +91,8 @@ def _run_start(sib: list[_Node], count: int) -> int:
     return bisect_left(sib, -count, key=_neg_count)
 
 
-def _increment(node: _Node) -> None:
-    sib = node.parent.order  # type: ignore[union-attr]
+def _increment(sib: list[_Node], node: _Node) -> None:
+    """``node.count += 1`` among its siblings ``sib`` (its parent's ``order``), moved as C++ moves it."""
     c = node.count
     i = _run_start(sib, c)
     while sib[i] is not node:  # find node inside its equal-count run
@@ -98,8 +106,7 @@ def _increment(node: _Node) -> None:
     sib.insert(j, node)
 
 
-def _decrement(node: _Node) -> None:
-    sib = node.parent.order  # type: ignore[union-attr]
+def _decrement(sib: list[_Node], node: _Node) -> None:
     c = node.count
     i = _run_start(sib, c)
     while sib[i] is not node:
@@ -126,33 +133,44 @@ class SuffixTree:
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
-        self.root = _Node(-1, None)
+        self.root = _Node(-1)
         self._seqs: dict[int, list[int]] = {}
-        self._active: dict[int, deque[_Node]] = {}
+        # per sequence: the nodes of its last min(len, max_depth) suffixes, longest first, so
+        # active[-m] is the node of the sequence's last m tokens
+        self._active: dict[int, list[_Node]] = {}
 
     def num_seqs(self) -> int:
         return len(self._seqs)
 
+    def active_nodes(self, seq_id: int) -> list[_Node]:
+        """Nodes of the last 1..min(len, max_depth) tokens of ``seq_id`` (``[-m]``: the last m); live view."""
+        return self._active.get(seq_id, _NO_ORDER)
+
     def append(self, seq_id: int, token: int) -> None:
-        seq = self._seqs.setdefault(seq_id, [])
-        active = self._active.setdefault(seq_id, deque())
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            seq = self._seqs[seq_id] = []
+            self._active[seq_id] = []
+        active = self._active[seq_id]
         root = self.root
-        active.append(root)
         root.count += 1
-        if len(active) > self.max_depth:
-            active.popleft()
+        if len(active) >= self.max_depth:
+            del active[0]
+        active.append(root)
         seq.append(token)
         for i, node in enumerate(active):
             child = node.children.get(token)
             if child is None:
-                child = _Node(token, node, 1)
+                child = _Node(token, 1)
                 if node.children is _NO_CHILDREN:
                     node.children, node.order = {token: child}, [child]
                 else:
                     node.children[token] = child
                     node.order.append(child)
+            elif node.order[0] is child:  # already first: no sibling moves
+                child.count += 1
             else:
-                _increment(child)
+                _increment(node.order, child)
             active[i] = child
 
     def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
@@ -171,20 +189,12 @@ class SuffixTree:
                 if child is None:
                     break
                 if child.count > 1:
-                    _decrement(child)
+                    _decrement(node.order, child)
                 else:
                     node.order.remove(child)
                     del node.children[seq[idx]]
                     break
                 node = child
-
-    def _match(self, context: Sequence[int]) -> _Node | None:
-        node = self.root
-        for t in context:
-            node = node.children.get(t)  # type: ignore[assignment]
-            if node is None:
-                return None
-        return node
 
     def speculate(
         self,
@@ -195,43 +205,89 @@ class SuffixTree:
         min_token_prob: float,
     ) -> Draft:
         """``SuffixTree::speculate`` with ``use_tree_spec=False`` (the path vLLM uses)."""
-        best = Draft()
-        factor, offset, min_prob = f32(max_spec_factor), f32(max_spec_offset), f32(min_token_prob)
-        n = len(context)
-        for match_len in range(1, n):  # the whole context is never matched (C++: match_len < size)
-            node = self._match(context[n - match_len :])
+        limits = spec_limits(len(context), max_spec_factor, max_spec_offset)
+        score, tokens, probs, match_len = best_draft(
+            self.root, context, _NO_ORDER, max(max_spec_tokens, 0), limits, f32(min_token_prob), -1.0
+        )
+        return Draft(tokens, probs, max(score, 0.0), match_len)
+
+
+def spec_limits(n: int, max_spec_factor: float, max_spec_offset: float) -> list[int]:
+    """``limits[m]``: C++'s token cap for match length m (before the ``max_spec_tokens`` cap), in float32."""
+    factor, offset = f32(max_spec_factor), f32(max_spec_offset)
+    return [int(f32(f32(m * factor) + offset) + 1e-6) for m in range(n + 1)]
+
+
+def best_draft(
+    root: _Node,
+    context: Sequence[int],
+    active: Sequence[_Node],
+    max_spec_tokens: int,
+    limits: Sequence[int],
+    min_prob: float,
+    beat: float,
+) -> tuple[float, list[int], list[float], int]:
+    """C++ ``speculate``'s result, found from the longest match down instead of the shortest up.
+
+    C++ tries match lengths m = 1, 2, ... < len(context) while the last m context tokens occur in
+    the tree, and keeps a draft when ``score >= best``: the winner is the longest m among those with
+    the highest score. Matches are closed under taking suffixes (a suffix trie holds every substring
+    up to its depth), so the present m form 1..M; scanning m = M, M-1, ... and keeping a draft only
+    when ``score > best`` gives the same winner, and as a draft of at most t tokens scores at most t
+    (every probability is <= 1) and the cap ``min(max_spec_tokens, limits[m])`` does not grow as m
+    falls, the scan stops as soon as the cap cannot beat the best score. Usually the longest match
+    already scores the cap, and one short greedy walk decides the step.
+
+    ``active[-m]``, when ``m <= len(active)``, must be the node of the last m context tokens (the
+    caller's cursor); longer matches are walked from the root. A draft must score more than ``beat``
+    (-1.0: any). Returns (score, tokens, probs, match_len), score ``beat`` and no tokens if none won.
+    """
+    pack, unpack = _F32.pack, _F32.unpack
+    n = len(context)
+    n_active = len(active)
+    best_score, best_tokens, best_probs, best_m = beat, _NO_TOKENS, _NO_PROBS, 0
+    m = n - 1
+    while m >= 1:
+        max_tokens = limits[m]
+        if max_tokens > max_spec_tokens:
+            max_tokens = max_spec_tokens
+        if max_tokens <= best_score:
+            break
+        if m <= n_active:
+            node = active[-m]
+        else:
+            node = root
+            for t in context[n - m :]:
+                node = node.children.get(t)  # type: ignore[assignment]
+                if node is None:
+                    break
             if node is None:
+                m -= 1
+                continue
+        # _speculate_path: greedy walk down the highest-count child while the path probability (the
+        # product of count ratios, in float32) stays >= min_prob
+        tokens: list[int] = []
+        probs: list[float] = []
+        prob, score = 1.0, 0.0
+        while len(tokens) < max_tokens:
+            order = node.order
+            if not order:
                 break
-            limit = int(f32(f32(match_len * factor) + offset) + 1e-6)
-            max_tokens = max(min(max_spec_tokens, limit), 0)
-            draft = _speculate_path(node, max_tokens, min_prob)
-            if draft.score >= best.score:
-                best = draft
-                best.match_len = match_len
-        return best
-
-
-def _speculate_path(node: _Node, max_tokens: int, min_prob: float) -> Draft:
-    """Greedy walk down the highest-count child; stop at max_tokens or when the estimated probability
-    (product of count ratios along the path) falls below min_prob."""
-    ret = Draft()
-    prob = 1.0
-    score = 0.0
-    while len(ret.token_ids) < max_tokens and prob >= min_prob:
-        if not node.order:
-            break
-        child = node.order[0]
-        prob = f32(prob * f32(child.count / node.count))
-        if prob < min_prob:
-            break
-        ret.token_ids.append(child.token)
-        ret.probs.append(prob)
-        score = f32(score + prob)
-        node = child
-    ret.score = score
-    return ret
-
-
+            child = order[0]
+            c = child.count
+            if c != node.count:  # a ratio of 1 leaves prob as it is
+                prob = unpack(pack(prob * unpack(pack(c / node.count))[0]))[0]
+                if prob < min_prob:
+                    break
+            tokens.append(child.token)
+            probs.append(prob)
+            # a prob of 1.0 means every earlier one was 1.0 too (ratios are <= 1): score is a small integer
+            score = score + 1.0 if prob == 1.0 else unpack(pack(score + prob))[0]
+            node = child
+        if score > best_score:
+            best_score, best_tokens, best_probs, best_m = score, tokens, probs, m
+        m -= 1
+    return best_score, list(best_tokens), list(best_probs), best_m
 def _check(name: str, value: object, lo: float, hi: float | None = None, integer: bool = True) -> float:
     ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
     if isinstance(value, bool) or not ok_type or value < lo or (hi is not None and value > hi):  # type: ignore[operator]
@@ -241,12 +297,28 @@ def _check(name: str, value: object, lo: float, hi: float | None = None, integer
     return value  # type: ignore[return-value]
 
 
+def _resolve_backend(backend: str) -> str:
+    """``auto``: ``SPECGAUGE_SUFFIX_BACKEND`` if set, else native when importable, else python."""
+    if backend not in BACKENDS:
+        raise ValueError(f"suffix drafter: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        backend = os.environ.get("SPECGAUGE_SUFFIX_BACKEND", "auto")
+        if backend not in BACKENDS:
+            raise ValueError(f"SPECGAUGE_SUFFIX_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if backend == "auto":
+            return "native" if native_available() else "python"
+    return backend
+
+
 class _Request:
     __slots__ = ("tree", "prompt_len", "seen")
 
-    def __init__(self, tree: SuffixTree, prompt_len: int) -> None:
-        self.tree, self.prompt_len = tree, prompt_len
+    def __init__(self, tree: SuffixTree | None, prompt_len: int) -> None:
+        self.tree, self.prompt_len = tree, prompt_len  # tree: None with the native backend
         self.seen = prompt_len  # history tokens already in the trees
+
+
+
 
 
 @register_drafter("suffix")
@@ -255,6 +327,10 @@ class SuffixDrafter:
 
     Stateful across requests (the global tree learns every output), so replaying a workload must
     feed requests in arrival order through one drafter, and a sweep over k needs one drafter per k.
+
+    ``backend``: ``"python"`` (the trees in this module), ``"native"`` (ArcticInference's own C++
+    ``SuffixDecodingCache``, the optional extra ``specgauge[suffix]``), or ``"auto"`` (native when
+    importable; ``SPECGAUGE_SUFFIX_BACKEND`` overrides it). Both give identical drafts.
     """
 
     kind: ClassVar[str] = "suffix"
@@ -268,6 +344,7 @@ class SuffixDrafter:
         suffix_decoding_max_spec_factor: float = 1.0,
         suffix_decoding_min_token_prob: float = 0.1,
         max_model_len: int | None = None,
+        backend: str = "auto",
     ) -> None:
         self.max_tree_depth = int(_check("suffix_decoding_max_tree_depth", suffix_decoding_max_tree_depth, 1))
         # vLLM: k defaults to the max tree depth
@@ -277,7 +354,11 @@ class SuffixDrafter:
         self.max_spec_factor = float(_check("suffix_decoding_max_spec_factor", suffix_decoding_max_spec_factor, 0, integer=False))
         self.min_token_prob = float(_check("suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, 0, 1, integer=False))
         self.max_model_len = None if max_model_len is None else int(_check("max_model_len", max_model_len, 1))
+        self.backend = _resolve_backend(backend)
+        self._native = NativeSuffixCache(self.max_tree_depth, self.max_cached_requests) if self.backend == "native" else None
         self.global_tree = SuffixTree(self.max_tree_depth)
+        self._limits = spec_limits(self.max_tree_depth, self.max_spec_factor, 0.0)
+        self._min_prob = f32(self.min_token_prob)
         self._active: dict[str, _Request] = {}
         self._req_to_seq: dict[str, int] = {}  # insertion order = FIFO eviction order
         self._seq_to_req: dict[int, str] = {}
@@ -288,6 +369,10 @@ class SuffixDrafter:
         """``start_request``: a local tree over the prompt; a global slot (FIFO eviction)."""
         if request_id in self._active:
             raise ValueError(f"suffix drafter: request {request_id!r} is already active")
+        if self._native is not None:
+            self._native.start(request_id, [int(t) for t in prompt_ids])
+            self._active[request_id] = _Request(None, len(prompt_ids))
+            return
         if request_id in self._req_to_seq:  # vLLM's proposer evicts a reused id's cached response
             self._evict(request_id)
         tree = SuffixTree(self.max_tree_depth)
@@ -306,10 +391,13 @@ class SuffixDrafter:
                 return []
             k = min(k, self.max_model_len - n - 1)
         self._learn(request_id, req, history)
-        context = list(history[max(0, n - self.max_tree_depth) :])
-        local = req.tree.speculate(context, k, self.max_spec_factor, 0.0, self.min_token_prob)
-        glob = self.global_tree.speculate(context, k, self.max_spec_factor, 0.0, self.min_token_prob)
-        return (local if local.score >= glob.score else glob).token_ids
+        context = [int(t) for t in history[max(0, n - self.max_tree_depth) :]]
+        if self._native is not None:
+            return self._native.speculate(request_id, context, k, self.max_spec_factor, self.min_token_prob)
+        limits = self._limits
+        l_score, local, _, _ = best_draft(req.tree.root, context, (), k, limits, self._min_prob, -1.0)  # type: ignore[union-attr]
+        g_score, glob, _, _ = best_draft(self.global_tree.root, context, (), k, limits, self._min_prob, max(l_score, 0.0))
+        return glob if glob else local  # the global draft won only if it scored more (C++: local on ties)
 
     def end(self, request_id: str, output_ids: Sequence[int]) -> None:
         """The rest of the output enters the global tree; the local tree is dropped (``stop_request``).
@@ -320,12 +408,33 @@ class SuffixDrafter:
         if self.max_model_len is None or req.prompt_len + len(output_ids) < self.max_model_len:
             self._learn(request_id, req, output_ids, offset=req.prompt_len)
         del self._active[request_id]
+        if self._native is not None:
+            self._native.stop(request_id)
 
     def replay(self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> ReplayTrace:
-        """The whole lifecycle of one request (begin, one propose per step, end). The trees are
-        incremental, so each step costs O(max_tree_depth^2) dictionary steps, never a rescan."""
-        _check("k", k, 1)
-        return replay_by_stepping(self, request_id, prompt_ids, output_ids, k)
+        """The whole lifecycle of one request: the same steps and numbers as ``replay_by_stepping``
+        (begin, one propose per decode step, end), without its per-step overhead. The python backend
+        reads match nodes off the trees' cursors instead of walking from the root."""
+        k = int(_check("k", k, 1))
+        tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
+        self.begin(request_id, tokens[: len(prompt_ids)])
+        req = self._active[request_id]
+        if len(output_ids) > 1:
+            if self._native is not None:
+                drafted, accepted, req.seen = self._native.replay_steps(
+                    request_id, tokens, req.prompt_len, req.seen, k, self.max_spec_factor, self.min_token_prob,
+                    self.max_model_len)
+            else:
+                from specgauge.drafters._suffix_replay import replay_steps
+
+                seq = self._req_to_seq.get(request_id)
+                drafted, accepted, req.seen = replay_steps(
+                    req.tree, self.global_tree, seq, tokens, req.prompt_len, req.seen, k,  # type: ignore[arg-type]
+                    self._limits, self._min_prob, self.max_model_len)
+        else:
+            drafted, accepted = [], []
+        self.end(request_id, tokens[req.prompt_len :])
+        return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
     # -- internals --------------------------------------------------------------------------------
     def _request(self, request_id: str) -> _Request:
@@ -339,10 +448,13 @@ class SuffixDrafter:
         new = [int(t) for t in tokens[req.seen - offset :]]
         if not new:
             return
-        req.tree.extend(0, new)
-        seq = self._req_to_seq.get(request_id)
-        if seq is not None:
-            self.global_tree.extend(seq, new)
+        if self._native is not None:
+            self._native.learn(request_id, new)
+        else:
+            req.tree.extend(0, new)  # type: ignore[union-attr]
+            seq = self._req_to_seq.get(request_id)
+            if seq is not None:
+                self.global_tree.extend(seq, new)
         req.seen += len(new)
 
     def _allocate(self, request_id: str) -> None:

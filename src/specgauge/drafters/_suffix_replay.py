@@ -1,0 +1,74 @@
+"""Fast pure-Python replay of one request through the ``suffix`` drafter's trees.
+
+Gives exactly the steps ``base.replay_by_stepping`` gives (one ``propose`` per decode step), with
+two shortcuts that only a replay can take, because it owns the whole history:
+
+* no tree walks for the local tree: its cursor (``SuffixTree.active_nodes``) already holds the node
+  of every suffix of the history up to ``max_tree_depth`` tokens, since the local tree is the history;
+* in the global tree the request's own sequence holds its output so far, so its cursor gives every
+  match that lies inside the output; only longer matches (reaching back into the prompt, in the
+  first ``max_tree_depth`` output tokens) are walked from the root.
+
+Draft selection is ``suffix.best_draft`` in both cases: longest match first, stopping as soon as
+no shorter match can win; the global tree must beat the local tree's score to win, as in C++.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specgauge.drafters.suffix import best_draft
+
+if TYPE_CHECKING:
+    from specgauge.drafters.suffix import SuffixTree
+
+
+def replay_steps(
+    local: SuffixTree,
+    glob: SuffixTree,
+    seq: int | None,
+    tokens: list[int],
+    prompt_len: int,
+    seen: int,
+    k: int,
+    limits: list[int],
+    min_prob: float,
+    max_model_len: int | None,
+) -> tuple[list[int], list[int], int]:
+    """Decode steps of a begun request whose prompt + whole output is ``tokens``; ``seen`` tokens are
+    already in the trees (``seq``: its global sequence, None without a global slot). ``limits`` from
+    ``suffix.spec_limits``; ``min_prob`` already float32. Returns (drafted, accepted, seen)."""
+    depth = local.max_depth
+    total = len(tokens)
+    drafted: list[int] = []
+    accepted: list[int] = []
+    l_append, g_append = local.append, glob.append
+    groot = glob.root
+    n = prompt_len + 1  # output token 0 came from the prefill
+    while n < total:
+        if max_model_len is not None and n >= max_model_len:
+            draft: list[int] = []  # vLLM skips the request, learning nothing
+        else:
+            kk = k if max_model_len is None else min(k, max_model_len - n - 1)
+            for i in range(seen, n):
+                t = tokens[i]
+                l_append(0, t)
+                if seq is not None:
+                    g_append(seq, t)
+            seen = n
+            context = tokens[n - depth : n] if n > depth else tokens[:n]
+            l_score, draft, _, _ = best_draft(local.root, context, local.active_nodes(0), kk, limits, min_prob, -1.0)
+            if groot.children:
+                g_active = glob.active_nodes(seq) if seq is not None else ()
+                g_score, g_draft, _, _ = best_draft(groot, context, g_active, kk, limits, min_prob, max(l_score, 0.0))
+                if g_draft:
+                    draft = g_draft
+        a = 0
+        for t in draft:
+            if n + a >= total or t != tokens[n + a]:
+                break
+            a += 1
+        drafted.append(len(draft))
+        accepted.append(a)
+        n += a + 1
+    return drafted, accepted, seen
