@@ -180,4 +180,4 @@ def test_agrees_with_vllm_bench_serve(server: tuple[str, str], tmp_path: Path) -
     assert v["total_output_tokens"] == s["total_output_tokens"] == n * out_len
     # same server, same prompts, one after the other on shared cores: agree within noise
     assert 0.5 < s["output_throughput"] / v["output_throughput"] < 2.0
-    assert 0.33 < s["mean_ttft_ms"] / v["mean_ttft_ms"] < 3.0
+    assert 0.33 < s["median_ttft_ms"] / v["median_ttft_ms"] < 3.0  # the median: one descheduled request moves the mean
