@@ -367,6 +367,7 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
     if cfg.resume and run_path.exists():
         prev = json.loads(run_path.read_text())
         sessions = prev.get("sessions", [])
+        run.warnings = list(prev.get("warnings", []))
         run.started_at = prev.get("started_at", run.started_at)
         for k in ("base_url", "model", "workload", "num_prompts", "seed"):
             if prev.get("config", {}).get(k) != run.config.get(k):
@@ -396,9 +397,8 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
         progress.stop()
         if sess:
             sessions.append(sess)
-        data = run.model_dump(mode="json")
-        data["sessions"] = sessions
-        _write_json(run_path, data)
+        run.sessions = sessions
+        _write_json(run_path, run.model_dump(mode="json"))
     records = results.existing()
     summary = summarize(records, sessions, run, cfg.public(), percentiles, selected, goodput)
     _write_json(out / "summary.json", summary)

@@ -164,9 +164,9 @@ class RunRecord(BaseModel):
     config: dict[str, Any]
     dialect: str
     server: dict[str, Any] = Field(default_factory=dict)  #: version, speculative config, models…
-    counters_before: dict[str, Any] | None = None
-    counters_after: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
+    #: one entry per (re)start: duration, /metrics snapshots before/after and their diff, the
+    #: speculative counts from that diff, KV-cache and device-memory samples
+    sessions: list[dict[str, Any]] = Field(default_factory=list)
     resumed_from: int = 0  #: records already present when this run (re)started
     warnings: list[str] = Field(default_factory=list)
 
