@@ -38,8 +38,8 @@ class RunnerSettings:
     endpoint: str | None = None  #: None: by request kind (chat / completions)
     max_concurrency: int | None = None
     timeout: float = 600.0  #: seconds for one whole request
-    api_key: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)  #: never printed
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
 
     def url_for(self, req: Request) -> str:
         return self.base_url.rstrip("/") + (self.endpoint or ENDPOINTS[req.api])
