@@ -130,9 +130,10 @@ def _tree_counts(tree: SuffixTree) -> Counter[tuple[int, ...]]:
     stack = [(tree.root, ())]
     while stack:
         node, path = stack.pop()
-        counts = [ch.count for ch in node.order]
-        assert counts == sorted(counts, reverse=True), "children not in decreasing count order"
-        assert {id(x) for x in node.order} == {id(x) for x in node.children.values()}
+        if node is not tree.root:  # the root keeps no sibling order (never drafted from)
+            counts = [ch.count for ch in node.order]
+            assert counts == sorted(counts, reverse=True), "children not in decreasing count order"
+            assert {id(x) for x in node.order} == {id(x) for x in node.children.values()}
         for tok, ch in node.children.items():
             assert ch.count > 0
             c[path + (tok,)] = ch.count

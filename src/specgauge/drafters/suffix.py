@@ -40,6 +40,7 @@ float32 (exact here: double results rounded once to float32 equal float32 arithm
 
 from __future__ import annotations
 
+import gc
 import os
 import struct
 from bisect import bisect_left
@@ -94,9 +95,7 @@ def _run_start(sib: list[_Node], count: int) -> int:
 def _increment(sib: list[_Node], node: _Node) -> None:
     """``node.count += 1`` among its siblings ``sib`` (its parent's ``order``), moved as C++ moves it."""
     c = node.count
-    i = _run_start(sib, c)
-    while sib[i] is not node:  # find node inside its equal-count run
-        i += 1
+    i = sib.index(node, _run_start(sib, c))  # node inside its equal-count run
     if i == 0 or sib[i - 1].count > c + 1:
         node.count = c + 1
         return
@@ -108,9 +107,7 @@ def _increment(sib: list[_Node], node: _Node) -> None:
 
 def _decrement(sib: list[_Node], node: _Node) -> None:
     c = node.count
-    i = _run_start(sib, c)
-    while sib[i] is not node:
-        i += 1
+    i = sib.index(node, _run_start(sib, c))
     if i == len(sib) - 1 or sib[i + 1].count < c:
         node.count = c - 1
         return
@@ -133,7 +130,10 @@ class SuffixTree:
 
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
+        # the root keeps ``children`` only: its sibling order is never read (drafts start at a match
+        # of >= 1 token), and keeping it would cost a scan of the root's huge count-1 run per token
         self.root = _Node(-1)
+        self.root.children = {}
         self._seqs: dict[int, list[int]] = {}
         # per sequence: the nodes of its last min(len, max_depth) suffixes, longest first, so
         # active[-m] is the node of the sequence's last m tokens
@@ -156,9 +156,15 @@ class SuffixTree:
         root.count += 1
         if len(active) >= self.max_depth:
             del active[0]
-        active.append(root)
         seq.append(token)
-        for i, node in enumerate(active):
+        child = root.children.get(token)
+        if child is None:
+            child = root.children[token] = _Node(token, 1)
+        else:
+            child.count += 1
+        active.append(child)
+        for i in range(len(active) - 1):
+            node = active[i]
             child = node.children.get(token)
             if child is None:
                 child = _Node(token, 1)
@@ -188,7 +194,13 @@ class SuffixTree:
                 child = node.children.get(seq[idx])
                 if child is None:
                     break
-                if child.count > 1:
+                if node is root:
+                    if child.count > 1:
+                        child.count -= 1
+                    else:
+                        del root.children[seq[idx]]
+                        break
+                elif child.count > 1:
                     _decrement(node.order, child)
                 else:
                     node.order.remove(child)
@@ -417,23 +429,35 @@ class SuffixDrafter:
         reads match nodes off the trees' cursors instead of walking from the root."""
         k = int(_check("k", k, 1))
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
-        self.begin(request_id, tokens[: len(prompt_ids)])
+        if self._native is not None:
+            return self._replay(request_id, tokens, len(prompt_ids), k)
+        # the trie holds no reference cycles, so pausing the cyclic collector loses nothing; it would
+        # otherwise rescan the millions of tree nodes as they are allocated (3x slower)
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return self._replay(request_id, tokens, len(prompt_ids), k)
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+    def _replay(self, request_id: str, tokens: list[int], prompt_len: int, k: int) -> ReplayTrace:
+        self.begin(request_id, tokens[:prompt_len])
         req = self._active[request_id]
-        if len(output_ids) > 1:
+        drafted: list[int] = []
+        accepted: list[int] = []
+        if len(tokens) - prompt_len > 1:
             if self._native is not None:
                 drafted, accepted, req.seen = self._native.replay_steps(
-                    request_id, tokens, req.prompt_len, req.seen, k, self.max_spec_factor, self.min_token_prob,
+                    request_id, tokens, prompt_len, req.seen, k, self.max_spec_factor, self.min_token_prob,
                     self.max_model_len)
             else:
                 from specgauge.drafters._suffix_replay import replay_steps
 
-                seq = self._req_to_seq.get(request_id)
                 drafted, accepted, req.seen = replay_steps(
-                    req.tree, self.global_tree, seq, tokens, req.prompt_len, req.seen, k,  # type: ignore[arg-type]
-                    self._limits, self._min_prob, self.max_model_len)
-        else:
-            drafted, accepted = [], []
-        self.end(request_id, tokens[req.prompt_len :])
+                    req.tree, self.global_tree, self._req_to_seq.get(request_id), tokens, prompt_len,  # type: ignore[arg-type]
+                    req.seen, k, self._limits, self._min_prob, self.max_model_len)
+        self.end(request_id, tokens[prompt_len:])
         return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
     # -- internals --------------------------------------------------------------------------------
