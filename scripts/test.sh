@@ -22,4 +22,5 @@ if [[ "${SPECGAUGE_SKIP_REAL_SERVERS:-0}" != "1" ]]; then
 fi
 
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "WARNING: chromium could not be installed; the HTML report browser test will skip" >&2
+.venv/bin/python -c "import arctic_inference.suffix_decoding" 2>/dev/null || { .venv/bin/python -m pip install -q nanobind==2.9.2 grpcio-tools wheel 2>&1 | grep -v "is ignored"; PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-build-isolation 'arctic-inference==0.3.0' 2>&1 | grep -v "is ignored"; .venv/bin/python -c "import arctic_inference.suffix_decoding"; } || echo "WARNING: arctic-inference (native suffix drafter backend) did not install; its tests will skip" >&2
 exec .venv/bin/python -m pytest -q "$@"

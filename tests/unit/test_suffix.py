@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgauge.drafters import make_drafter
 from specgauge.drafters.base import Drafter, replay_by_stepping
+from specgauge.drafters._suffix_native import IMPORT_ERROR, native_available
 from specgauge.drafters.suffix import SuffixDrafter, SuffixTree, f32
 
 
@@ -158,3 +160,166 @@ def test_tree_counts_equal_brute_force_after_appends_and_removals(seqs: list[lis
             tree.remove(i)
             del live[i]
     assert _tree_counts(tree) == _brute_counts(live, depth)
+
+
+# -- fast paths and backends ------------------------------------------------------------------------
+
+
+def _speculate_ascending(tree: SuffixTree, context: list[int], k: int, factor: float, min_prob: float) -> tuple[float, list[int]]:
+    """C++ ``SuffixTree::speculate`` literally: match lengths 1, 2, ... walked from the root, stop at the
+    first absent one, keep a draft when ``score >= best``."""
+    best_score, best = 0.0, []
+    for m in range(1, len(context)):
+        node = tree.root
+        for t in context[len(context) - m :]:
+            node = node.children.get(t)
+            if node is None:
+                break
+        if node is None:
+            break
+        max_tokens = max(min(k, int(f32(f32(m * f32(factor)) + 0.0) + 1e-6)), 0)
+        prob, score, toks = 1.0, 0.0, []
+        while len(toks) < max_tokens and prob >= f32(min_prob) and node.order:
+            child = node.order[0]
+            prob = f32(prob * f32(child.count / node.count))
+            if prob < f32(min_prob):
+                break
+            toks.append(child.token)
+            score = f32(score + prob)
+            node = child
+        if score >= best_score:
+            best_score, best = score, toks
+    return best_score, best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seqs=st.lists(st.lists(st.integers(0, 3), max_size=30), min_size=1, max_size=4),
+    context=st.lists(st.integers(0, 3), max_size=10),
+    depth=st.integers(1, 8),
+    k=st.integers(0, 8),
+    factor=st.sampled_from([1.0, 0.5, 2.0, 0.3]),
+    min_prob=st.sampled_from([0.0, 0.1, 0.35, 1.0]),
+)
+def test_longest_match_first_search_equals_the_cpp_ascending_loop(
+    seqs: list[list[int]], context: list[int], depth: int, k: int, factor: float, min_prob: float
+) -> None:
+    tree = SuffixTree(depth)
+    for i, s in enumerate(seqs):
+        tree.extend(i, s)
+    ctx = context[-depth:]
+    want_score, want = _speculate_ascending(tree, ctx, k, factor, min_prob)
+    got = tree.speculate(ctx, k, factor, 0.0, min_prob)
+    assert (got.token_ids, got.score) == (want, want_score)
+
+
+def _requests(alphabet: int) -> st.SearchStrategy[list[tuple[list[int], list[int]]]]:
+    tok = st.integers(0, alphabet - 1)
+    return st.lists(st.tuples(st.lists(tok, max_size=12), st.lists(tok, max_size=40)), min_size=1, max_size=6)
+
+
+CONFIGS = st.fixed_dictionaries({
+    "suffix_decoding_max_tree_depth": st.sampled_from([1, 3, 6, 24]),
+    "suffix_decoding_max_cached_requests": st.sampled_from([0, 1, 2, 10000]),
+    "suffix_decoding_max_spec_factor": st.sampled_from([1.0, 0.5, 2.0]),
+    "suffix_decoding_min_token_prob": st.sampled_from([0.0, 0.1, 0.5]),
+    "max_model_len": st.sampled_from([None, 12, 30]),
+})
+
+
+def _same(a: object, b: object) -> bool:
+    return a.drafted.tolist() == b.drafted.tolist() and a.accepted.tolist() == b.accepted.tolist()  # type: ignore[attr-defined]
+
+
+@settings(max_examples=200, deadline=None)
+@given(reqs=_requests(3), cfg=CONFIGS, k=st.integers(1, 6), reuse=st.booleans())
+def test_python_fast_replay_equals_stepping(reqs: list, cfg: dict, k: int, reuse: bool) -> None:
+    fast = SuffixDrafter(num_speculative_tokens=k, backend="python", **cfg)
+    ref = SuffixDrafter(num_speculative_tokens=k, backend="python", **cfg)
+    for d in (fast, ref):  # another request stays open meanwhile (its tokens are in both trees)
+        d.begin("open", [0, 1, 2, 0, 1])
+        d.propose("open", [0, 1, 2, 0, 1, 2, 0], k)
+    for i, (p, o) in enumerate(reqs):
+        rid = "r0" if reuse else f"r{i}"  # a reused id evicts its cached response
+        assert _same(fast.replay(rid, p, o, k), replay_by_stepping(ref, rid, p, o, k))
+    for d in (fast, ref):  # the trees were left in the same state
+        d.begin("q", reqs[0][0])
+    assert fast.propose("q", reqs[0][0] + reqs[0][1][:3], k) == ref.propose("q", reqs[0][0] + reqs[0][1][:3], k)
+
+
+needs_native = pytest.mark.skipif(not native_available(), reason=IMPORT_ERROR or "native backend unavailable")
+
+
+@needs_native
+def test_auto_picks_native_when_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECGAUGE_SUFFIX_BACKEND", raising=False)
+    assert SuffixDrafter().backend == "native"
+    monkeypatch.setenv("SPECGAUGE_SUFFIX_BACKEND", "python")
+    assert SuffixDrafter().backend == "python"
+
+
+def test_unknown_backend_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="backend must be one of auto, python, native"):
+        SuffixDrafter(backend="cuda")
+
+
+@needs_native
+@settings(max_examples=150, deadline=None)
+@given(reqs=_requests(4), cfg=CONFIGS, k=st.integers(1, 8), schedule=st.lists(st.integers(0, 7), max_size=120),
+       concurrency=st.integers(1, 3))
+def test_native_and_python_backends_propose_identically_on_interleaved_requests(
+    reqs: list, cfg: dict, k: int, schedule: list[int], concurrency: int
+) -> None:
+    """Requests run interleaved (up to ``concurrency`` at once, ids reused), steps of 1..4 tokens,
+    FIFO eviction, max_model_len: every proposal of the native backend equals the python one."""
+    ds = [SuffixDrafter(num_speculative_tokens=k, backend=b, **cfg) for b in ("python", "native")]
+    waiting = [(f"r{i % 4}", p, o) for i, (p, o) in enumerate(reqs)]
+    running: list[list] = []  # [rid, prompt, out, pos]
+    steps = iter(schedule)
+    proposals = 0
+    while waiting or running:
+        while waiting and len(running) < concurrency and all(r[0] != waiting[0][0] for r in running):
+            rid, p, o = waiting.pop(0)
+            for d in ds:
+                d.begin(rid, p)
+            running.append([rid, p, o, 0])
+        r = running[next(steps, 0) % len(running)]
+        rid, p, o, pos = r
+        left = len(o) - pos
+        if left == 0:
+            for d in ds:
+                d.end(rid, o)
+            running.remove(r)
+            continue
+        r[3] = pos = pos + 1 + next(steps, 0) % min(4, left)
+        got = [d.propose(rid, p + o[:pos], k) for d in ds]
+        assert got[0] == got[1], (rid, pos)
+        proposals += 1
+
+
+@needs_native
+@settings(max_examples=150, deadline=None)
+@given(reqs=_requests(3), cfg=CONFIGS, k=st.integers(1, 6))
+def test_native_replay_equals_python_replay_and_stepping(reqs: list, cfg: dict, k: int) -> None:
+    nat = SuffixDrafter(num_speculative_tokens=k, backend="native", **cfg)
+    py = SuffixDrafter(num_speculative_tokens=k, backend="python", **cfg)
+    ref = SuffixDrafter(num_speculative_tokens=k, backend="python", **cfg)
+    for i, (p, o) in enumerate(reqs):
+        a, b, c = nat.replay(f"r{i}", p, o, k), py.replay(f"r{i}", p, o, k), replay_by_stepping(ref, f"r{i}", p, o, k)
+        assert _same(a, c) and _same(b, c)
+
+
+@needs_native
+def test_backends_agree_on_a_longer_log_with_drafts() -> None:
+    rng = np.random.default_rng(3)
+    phrases = [rng.integers(0, 50, int(rng.integers(3, 9))).tolist() for _ in range(20)]
+    nat, py = (SuffixDrafter(num_speculative_tokens=5, backend=b, suffix_decoding_max_cached_requests=8) for b in ("native", "python"))
+    accepted = 0
+    for i in range(40):
+        parts: list[int] = []
+        while len(parts) < 150:
+            parts += phrases[int(rng.integers(20))] if rng.random() < 0.8 else [int(rng.integers(50))]
+        a, b = nat.replay(str(i), parts[:40], parts[40:], 5), py.replay(str(i), parts[:40], parts[40:], 5)
+        assert _same(a, b), i
+        accepted += int(a.accepted.sum())
+    assert accepted > 1000  # the logs really drafted
