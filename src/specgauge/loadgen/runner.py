@@ -246,7 +246,7 @@ class Runner:
             has_out = _output_of(choices, st) if choices else False
             cum = cumulative(obj)
             n = -1
-            if cum is not None:
+            if cum is not None and (choices or st.counted_by is not None):  # a lone final total is no chunk
                 n = cum - st.prev_cum
                 st.prev_cum = cum
                 if st.counted_by is None:

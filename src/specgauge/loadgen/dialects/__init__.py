@@ -32,11 +32,12 @@ class Dialect:
         return {}
 
     def cumulative_tokens(self, event: dict[str, Any]) -> int | None:
-        """Output tokens produced so far, when this event tells (per-chunk usage)."""
+        """Output tokens produced so far, when this event tells (``usage``). The runner uses it
+        per chunk only once chunks have carried counts: a lone final usage is a total, not a chunk."""
         usage = event.get("usage")
-        if isinstance(usage, dict) and event.get("choices"):
+        if type(usage) is dict:
             v = usage.get("completion_tokens")
-            return v if isinstance(v, int) else None
+            return v if type(v) is int else None
         return None
 
     def request_spec(self, final: dict[str, Any]) -> SpecCounts | None:

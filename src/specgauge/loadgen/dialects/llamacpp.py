@@ -4,7 +4,8 @@ Per response (and in the final streamed chunk, next to ``usage``): ``timings.dra
 tokens) and ``timings.draft_n_accepted``; drafts and per-position counts exist only as counters
 (``llamacpp:spec_decode_num_drafts_total``, ``..._num_accepted_tokens_per_pos_total{position}``).
 ``timings_per_token: true`` makes every streamed chunk carry ``timings.predicted_n`` (tokens so
-far), which gives exact per-chunk token counts.
+far), which gives exact per-chunk token counts. The stop token has no text: it is counted by the
+final (choice-less) event's ``predicted_n``, and lands as a token-only chunk at that event's time.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ class LlamaCppDialect(Dialect):
 
     def cumulative_tokens(self, event: dict[str, Any]) -> int | None:
         t = event.get("timings")
-        if isinstance(t, dict) and event.get("choices"):
+        if type(t) is dict:
             v = t.get("predicted_n")
-            if isinstance(v, int):
+            if type(v) is int:
                 return v
         return super().cumulative_tokens(event)
 
