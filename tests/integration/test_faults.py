@@ -121,3 +121,21 @@ def test_sigint_leaves_a_resumable_run_and_a_clear_message(tmp_path: Path) -> No
     assert p.returncode == 2 and "--resume" in stdout
     assert json.loads((out / "run.json").read_text())["sessions"][0]["interrupted"] is True
     assert len(ResultsFile(results).existing()) >= 2
+
+
+def test_counters_after_an_interrupted_session_are_not_claimed_to_cover_the_run(tmp_path: Path) -> None:
+    w = write_workload(tmp_path / "w.jsonl", ["tokens:5 per:1 delay_ms:40"] * 10)
+    out = tmp_path / "o"
+    with FakeServer() as srv:
+        p = subprocess.Popen([sys.executable, "-c", BENCH, srv.base_url, str(w), str(out), "0"])
+        results = out / "results.jsonl"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (results.exists() and results.read_text().count("\n") >= 3):
+            time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+        p.wait(20)
+        res = run_bench(BenchConfig(base_url=srv.base_url, workload=[w], output_dir=out, max_concurrency=2, progress=False, resume=True))
+    acc = res.summary["specgauge"]["acceptance"]
+    assert res.summary["completed"] == 10
+    assert not acc["counters"]["available"] and "interrupted" in acc["counters"]["reason"]
+    assert acc["per_request_total"]["available"]  # the per-request counts still cover every request

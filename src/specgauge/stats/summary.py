@@ -34,11 +34,15 @@ def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def _counter_total(sessions: Sequence[dict[str, Any]]) -> SpecCounts | None:
-    specs = [SpecCounts.model_validate(s["counter_spec"]) for s in sessions if s.get("counter_spec")]
-    if len(specs) != len([s for s in sessions if "counter_spec" in s]) or not specs:
-        return None
-    return SpecCounts.total(specs)
+def _counter_total(sessions: Sequence[dict[str, Any]]) -> tuple[SpecCounts | None, str]:
+    """The counter diffs summed over sessions; None (with why) unless every session has one."""
+    if not sessions:
+        return None, "no session ran"
+    if any("counter_spec" not in s for s in sessions):
+        return None, "a session was interrupted before its after-run /metrics snapshot: counters do not cover the run"
+    if any(not s["counter_spec"] for s in sessions):
+        return None, "no speculative counters in /metrics (speculation off, or not exposed)"
+    return SpecCounts.total([SpecCounts.model_validate(s["counter_spec"]) for s in sessions]), ""
 
 
 def _segments(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
@@ -57,7 +61,7 @@ def summarize(
     m = latency_metrics(records, dur, pcts, goodput or None)
     s: dict[str, Any] = _vllm_keys(m, config, percentiles, selected, goodput)
     per_req_acc = acceptance_summary(records, pcts)
-    counters = _counter_total(sessions)
+    counters, counters_why = _counter_total(sessions)
     per_req_total = SpecCounts.total([r.spec for r in records if r.ok and r.spec is not None])
     spec_src = counters or per_req_total
     if spec_src is not None and spec_src.draft_tokens:
@@ -77,7 +81,7 @@ def summarize(
         "warnings": run.warnings,
         "latency": m.to_json(),
         "acceptance": {
-            "counters": counts_json(counters, "no speculative counters in /metrics (speculation off, or not exposed)"),
+            "counters": counts_json(counters, counters_why),
             **per_req_acc,
             "agreement": agreement(per_req_total, counters),
             "server_gauges": gauges,
