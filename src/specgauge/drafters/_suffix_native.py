@@ -14,6 +14,7 @@ This module only talks to the cache; request bookkeeping (which tokens are alrea
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,8 +29,24 @@ else:
     IMPORT_ERROR = ""
 
 
+BACKENDS = ("auto", "python", "native")
+
+
 def native_available() -> bool:
     return SuffixDecodingCache is not None
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto``: ``SPECGAUGE_SUFFIX_BACKEND`` if set, else native when importable, else python."""
+    if backend not in BACKENDS:
+        raise ValueError(f"suffix drafter: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        backend = os.environ.get("SPECGAUGE_SUFFIX_BACKEND", "auto")
+        if backend not in BACKENDS:
+            raise ValueError(f"SPECGAUGE_SUFFIX_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if backend == "auto":
+            return "native" if native_available() else "python"
+    return backend
 
 
 class NativeSuffixCache:

@@ -34,6 +34,12 @@ for which continuation is drafted):
 * on decrement (eviction), a node whose next sibling has its count ``c`` moves in front of the
   first node with a smaller count (or to the tail).
 
+Backends: this module's trees (``backend="python"``) or ArcticInference's own C++ cache
+(``"native"``, ``_suffix_native.py``, optional extra ``specgauge[suffix]``); ``"auto"`` takes native
+when importable. ``replay`` gives ``replay_by_stepping``'s trace without its per-step overhead
+(``_suffix_replay.py`` for the python trees). Drafts are searched longest match first with an exact
+early stop (``best_draft``), which returns C++'s ascending-search result.
+
 Floating point follows the C++ ``float`` arithmetic: every product/quotient/sum is rounded to
 float32 (exact here: double results rounded once to float32 equal float32 arithmetic for these ops).
 """
@@ -41,7 +47,6 @@ float32 (exact here: double results rounded once to float32 equal float32 arithm
 from __future__ import annotations
 
 import gc
-import os
 import struct
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -50,11 +55,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from specgauge.drafters._suffix_native import NativeSuffixCache, native_available
+from specgauge.drafters._suffix_native import NativeSuffixCache, resolve_backend
 from specgauge.drafters.base import ReplayTrace, register_drafter
 
 _F32 = struct.Struct("f")
-BACKENDS = ("auto", "python", "native")
 
 
 def f32(x: float) -> float:
@@ -309,19 +313,6 @@ def _check(name: str, value: object, lo: float, hi: float | None = None, integer
     return value  # type: ignore[return-value]
 
 
-def _resolve_backend(backend: str) -> str:
-    """``auto``: ``SPECGAUGE_SUFFIX_BACKEND`` if set, else native when importable, else python."""
-    if backend not in BACKENDS:
-        raise ValueError(f"suffix drafter: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "auto":
-        backend = os.environ.get("SPECGAUGE_SUFFIX_BACKEND", "auto")
-        if backend not in BACKENDS:
-            raise ValueError(f"SPECGAUGE_SUFFIX_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        if backend == "auto":
-            return "native" if native_available() else "python"
-    return backend
-
-
 class _Request:
     __slots__ = ("tree", "prompt_len", "seen")
 
@@ -366,7 +357,7 @@ class SuffixDrafter:
         self.max_spec_factor = float(_check("suffix_decoding_max_spec_factor", suffix_decoding_max_spec_factor, 0, integer=False))
         self.min_token_prob = float(_check("suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, 0, 1, integer=False))
         self.max_model_len = None if max_model_len is None else int(_check("max_model_len", max_model_len, 1))
-        self.backend = _resolve_backend(backend)
+        self.backend = resolve_backend(backend)
         self._native = NativeSuffixCache(self.max_tree_depth, self.max_cached_requests) if self.backend == "native" else None
         self.global_tree = SuffixTree(self.max_tree_depth)
         self._limits = spec_limits(self.max_tree_depth, self.max_spec_factor, 0.0)
