@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +20,7 @@ import pytest
 
 from specgauge.bench import BenchConfig, format_summary, run_bench
 from specgauge.records import ResultsFile
+from specgauge.servers import llamacpp_server
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 
@@ -37,12 +35,6 @@ PROMPTS = [
     "hello world hello world hello world hello world hello",
     "red green blue red green blue red green blue red green",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _gguf(model: Path, out_dir: Path) -> Path:
@@ -85,35 +77,9 @@ def server(request: pytest.FixtureRequest, ggufs: tuple[Path, Path | None], tmp_
         if draft is None:
             pytest.skip("no tiny draft model")
         args = ["-md", str(draft), *args]
-    port = _free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    cmd = ["nice", "-n", "10", str(BIN), "-m", str(target), *args, "-c", "2048", "-np", "1", "-t", "1",
-           "--host", "127.0.0.1", "--port", str(port), "--metrics"]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.monotonic()
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() - t0 > 60:
-                raise RuntimeError(f"llama-server not healthy after 60 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield url, request.param
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with llamacpp_server(BIN, target, log, args, nice=10) as srv:
+        yield srv.base_url, request.param
 
 
 def test_acceptance_equals_the_servers_counters(server: tuple[str, str], tmp_path: Path) -> None:

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +21,7 @@ import pytest
 
 from specgauge.bench import BenchConfig, format_summary, run_bench
 from specgauge.records import ResultsFile, TokenCountSource
+from specgauge.servers import vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -42,12 +40,6 @@ PROMPTS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _need() -> Path:
     venv = vllm_venv()
     if venv is None:
@@ -57,42 +49,9 @@ def _need() -> Path:
     return venv
 
 
-def _wait_health(url: str, proc: subprocess.Popen[bytes], log: Path, limit: float = 300.0) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1.0)
-    raise RuntimeError(f"vllm serve not healthy after {limit:.0f} s:\n{log.read_text()[-3000:]}")
-
-
 def _serve(venv: Path, spec: dict, tmp: Path) -> Iterator[str]:
-    port = _free_port()
-    log = tmp / "vllm.log"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [str(venv / "bin" / "vllm"), "serve", str(TARGET), "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "tiny", "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager",
-           "--speculative-config", json.dumps(spec), "--per-request-spec-decode-metrics", "detailed"]
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(["nice", "-n", "10", *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_health(url, proc, log)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    with vllm_server(venv, TARGET, tmp / "vllm.log", spec, max_model_len=1024, nice=10) as srv:
+        yield srv.base_url
 
 
 SPECS = {
