@@ -132,11 +132,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-seed", type=int, default=0, help="generate_pairs seed of the held-out requests")
     p.add_argument("--code-chars", type=int, default=1_500_000,
                    help="characters of stdlib source in the training corpus")
+    p.add_argument("--code-share", type=float, default=0.15, help="share of training windows taken from stdlib code")
     p.add_argument("--seq-len", type=int, default=512, help="training window (tokens)")
     p.add_argument("--batch-size", type=int, default=6)
-    p.add_argument("--target-steps", type=int, default=320)
+    p.add_argument("--target-steps", type=int, default=700)
     p.add_argument("--target-lr", type=float, default=3e-3)
-    p.add_argument("--draft-steps", type=int, default=200)
+    p.add_argument("--draft-steps", type=int, default=300)
     p.add_argument("--draft-lr", type=float, default=4e-3)
     p.add_argument("--eval-requests", type=int, default=50, help="held-out chat requests for acceptance")
     p.add_argument("--eval-max-tokens", type=int, default=128, help="target greedy output length cap")
@@ -616,11 +617,12 @@ def sample_fit(tok: Any, max_model_len: int = MAX_POSITIONS) -> dict[str, Any]:
 
     lines = [json.loads(x) for x in sample_path().read_text(encoding="utf-8").splitlines() if x.strip()]
     lens = sorted(len(tok(render_prompt(r), add_special_tokens=False)["input_ids"]) for r in lines)
-    over = sum(len(tok(render_prompt(r), add_special_tokens=False)["input_ids"]) + int(r.get("max_tokens") or 0)
-               > max_model_len for r in lines)
+    need = [len(tok(render_prompt(r), add_special_tokens=False)["input_ids"]) + int(r.get("max_tokens") or 0)
+            for r in lines]
     return {"requests": len(lines), "prompt_tokens_median": lens[len(lens) // 2],
             "prompt_tokens_p90": lens[int(len(lens) * 0.9)], "prompt_tokens_max": lens[-1],
-            "max_model_len": max_model_len, "prompt_plus_max_tokens_over": over}
+            "max_model_len": max_model_len, "prompt_plus_max_tokens_over": sum(n > max_model_len for n in need),
+            "prompt_plus_max_tokens_over_1024": sum(n > 1024 for n in need)}
 
 
 def rewrite_readmes(out: Path) -> None:
@@ -684,8 +686,9 @@ def write_readme(out: Path, which: str, figs: dict[str, Any]) -> None:
         lines += [
             f"Shipped sample workload ({f['requests']} requests) with this tokenizer: prompt tokens median "
             f"{f['prompt_tokens_median']}, p90 {f['prompt_tokens_p90']}, max {f['prompt_tokens_max']}; "
-            f"{f['prompt_plus_max_tokens_over']} requests have prompt + max_tokens > {f['max_model_len']} "
-            "(serve with a larger `--max-model-len` to send them all).",
+            f"{f.get('prompt_plus_max_tokens_over_1024', '?')} requests have prompt + max_tokens > 1024 and "
+            f"{f['prompt_plus_max_tokens_over']} > {f['max_model_len']} (`max_position_embeddings`): serve with "
+            f"`--max-model-len {f['max_model_len']}` to send them all.",
             "",
         ]
     lines += [
@@ -747,7 +750,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lens = sorted(len(e) for e in tok(heldout_chat_docs, add_special_tokens=False)["input_ids"])
     print(f"[data] held-out chat doc tokens: median {lens[len(lens) // 2]}, p90 {lens[int(len(lens) * 0.9)]}, "
           f"max {lens[-1]}", flush=True)
-    parts = [(chat, 0.75), (code, 0.25)]
+    parts = [(chat, 1.0 - args.code_share), (code, args.code_share)]
 
     # target -------------------------------------------------------------------------------------
     gen = torch.Generator().manual_seed(args.seed)
