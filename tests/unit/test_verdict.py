@@ -133,3 +133,13 @@ def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "--slo" in bad.output
     missing = cli.invoke(app, ["compare", str(a), str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "nope: no such file" in missing.output
+
+
+def test_too_few_pairs_never_gives_a_ci_based_verdict() -> None:
+    """Two pairs make a degenerate bootstrap 'interval': no NO-GO (or GO) may rest on it."""
+    res = verdict(run(n=2), run(n=2, scale=2.0), temperature=0.0)  # clearly slower, but only 2 pairs
+    v = res.verdict.overall
+    assert v.verdict is Verdict.INCONCLUSIVE
+    assert any("too few pairs" in n for n in v.notes)
+    slow = verdict(run(), run(scale=2.0), temperature=0.0)  # the same with 200 pairs is NO-GO
+    assert slow.verdict.overall.verdict is Verdict.NO_GO

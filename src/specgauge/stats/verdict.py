@@ -168,7 +168,9 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
         block.append(f"no speedup estimate: {s.reason}")
     elif s.low is not None and s.high is not None:
         ci = f"{_x(s.estimate)} ({conf} {_x(s.low)}–{_x(s.high)})"
-        if s.high < crit.min_speedup:
+        if n < crit.min_pairs:  # a bootstrap over a handful of pairs is no interval to act on
+            notes.append(f"speedup {ci}: too few pairs to act on")
+        elif s.high < crit.min_speedup:
             nogo.append(f"the candidate is slower: output-token rate {ci}, the whole interval below {crit.min_speedup:g}×")
         elif s.low > crit.min_speedup:
             good.append(f"the candidate is faster: output-token rate {ci}, the whole interval above {crit.min_speedup:g}×")
@@ -178,7 +180,9 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
     if m is not None and m.delta_ms.estimate is not None and m.delta_ms.low is not None and m.delta_ms.high is not None:
         d = m.delta_ms
         txt = f"{_words(m.key)} {m.baseline_ms:.1f} → {m.candidate_ms:.1f} ms (Δ {d.estimate:+.1f} ms, {conf} {d.low:+.1f} to {d.high:+.1f})"
-        if d.high < 0:
+        if n < crit.min_pairs:
+            notes.append(f"{txt}: too few pairs to act on")
+        elif d.high < 0:
             good.append(f"lower {txt}: the whole interval favours the candidate")
         elif d.low > 0:
             notes.append(f"higher {txt}: the whole interval favours the baseline")
