@@ -214,6 +214,8 @@ def bench(
         concs: list[int | None] = [int(c) for c in max_concurrency.split(",")] if max_concurrency else [None]
     except ValueError:
         raise ConfigError(f"--max-concurrency {max_concurrency!r}: expected integers like 1,4,16") from None
+    if goodput:  # vLLM takes "--goodput ttft:500 tpot:50"; accept that quoted, or the flag repeated
+        goodput = [g for item in goodput for g in item.split()]
     failed = False
     for c in concs:
         out = output_dir / f"c{c}" if len(concs) > 1 else output_dir
