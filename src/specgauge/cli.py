@@ -238,7 +238,7 @@ def bench(
 @user_errors
 def demo(
     out_dir: Annotated[Path, typer.Option("--out-dir", "-o", help="Where the demo writes its results and report.")] = Path("specgauge-demo"),
-    num_prompts: Annotated[int, typer.Option("--num-prompts", min=4, help="Requests per live run.")] = 60,
+    num_prompts: Annotated[int, typer.Option("--num-prompts", min=4, help="Requests per live run.")] = 120,
     max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1)] = 4,
     k: Annotated[str, typer.Option("--k", help="Proposal lengths to replay offline.")] = "1-8",
 ) -> None:

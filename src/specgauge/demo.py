@@ -28,7 +28,7 @@ class DemoError(UserError):
 
 class DemoConfig(BaseModel):
     out_dir: Path = Path("specgauge-demo")
-    num_prompts: int = Field(default=60, ge=4, description="requests per live run")
+    num_prompts: int = Field(default=120, ge=4, description="requests per live run")
     max_concurrency: int = Field(default=4, ge=1)
     ks: list[int] = Field(default_factory=lambda: list(range(1, 9)))
     #: suffix replay is pure Python (~1k positions/s): the demo replays it on this many requests
@@ -116,6 +116,9 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
 
     spec, why = choose_candidate(main, cfg.max_concurrency)
     console.print(f"candidate for the live A/B: [bold]{why}[/bold]")
+    console.print("[dim]the prediction uses the default cost profile (a GPU where verifying k+1 tokens costs about one "
+                  "decode step at low batch); on this CPU a verification costs more, so expect less measured speedup: "
+                  "the report sets predicted against measured[/dim]")
     runs = {}
     for n, (name, sc) in enumerate((("bench-baseline", None), ("bench-speculative", spec)), start=3):
         step(n, f"embedded server {'with ' + json.dumps(sc) if sc else 'without speculation'}: bench {cfg.num_prompts} requests at concurrency {cfg.max_concurrency}")
