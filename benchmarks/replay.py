@@ -60,7 +60,9 @@ def bench_model_free(kind: str, reqs: list, k: int, ref_requests: int) -> None:
     fast_traces = [fast_d.replay(rid, p, o, k) for rid, p, o in reqs]
     t_fast = time.perf_counter() - t0
     n_fast = sum(len(o) for _, _, o in reqs)
-    ref_d = make_drafter(kind, num_speculative_tokens=k)
+    # the reference is the plain Python drafter stepped once per proposal (for suffix, not the
+    # native ArcticInference backend the fast path may use)
+    ref_d = make_drafter(kind, num_speculative_tokens=k, **({"backend": "python"} if kind == "suffix" else {}))
     sub = reqs[:ref_requests]
     t0 = time.perf_counter()
     ref_traces = [replay_by_stepping(ref_d, rid, p, o, k) for rid, p, o in sub]
