@@ -152,3 +152,17 @@ def test_cli_simulate_json_and_errors(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "unknown draft method 'nosuch'" in bad.stderr and "Traceback" not in bad.stderr
     badk = run(str(log), "--k", "0")
     assert badk.returncode == 2 and "--k" in badk.stderr
+
+
+def test_fit_saturation_recovers_the_model() -> None:
+    from specgauge.simulate.calibrate import fit_saturation
+
+    def pts(sat: float) -> list[tuple[int, int, float]]:
+        return [(b, n, max(1.0, b * n / sat) / max(1.0, b / sat)) for b in (1, 4, 16) for n in (2, 5, 9)]
+
+    for sat in (8.0, 64.0):
+        assert fit_saturation(pts(sat)) == pytest.approx(sat, rel=0.05)
+    # beyond the largest tested batch x tokens (16 x 9) the data cannot tell: the fit says "at least that"
+    assert fit_saturation(pts(512.0)) >= 144
+    # a flat cost (verification free at every size tested) fits a saturation beyond the tested sizes
+    assert fit_saturation([(b, n, 1.0) for b in (1, 4) for n in (2, 9)]) >= 36
