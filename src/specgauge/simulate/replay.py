@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.drafters.base import ReplayTrace
+from specgauge.stats.distributions import describe
 
 
 class RequestAcceptance(BaseModel):
@@ -71,12 +72,10 @@ class Spread(BaseModel):
 
     @classmethod
     def of(cls, values: Sequence[float], empty_reason: str) -> Spread:
-        v = [x for x in values if not math.isnan(x)]
-        if not v:
+        d = describe((x for x in values if not math.isnan(x)), (10.0, 50.0, 90.0), empty_reason)
+        if d.n == 0:
             return cls(n=0, note=empty_reason)
-        a = np.asarray(v, dtype=float)
-        p10, p50, p90 = np.percentile(a, [10, 50, 90])
-        return cls(n=len(a), p10=float(p10), p50=float(p50), p90=float(p90), mean=float(a.mean()))
+        return cls(n=d.n, p10=d.pct(10.0), p50=d.pct(50.0), p90=d.pct(90.0), mean=d.mean)
 
 
 class AcceptanceSummary(BaseModel):

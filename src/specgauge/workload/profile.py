@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from specgauge.stats.distributions import describe
 from specgauge.workload.schema import WorkloadItem
 from specgauge.workload.tokenizer import Tokenizer
 
@@ -42,12 +43,10 @@ class Dist(BaseModel):
 
     @classmethod
     def of(cls, values: Sequence[float], empty_reason: str) -> Dist:
-        if not values:
+        d = describe(values, (50.0, 95.0), empty_reason)
+        if d.n == 0:
             return cls(n=0, note=empty_reason)
-        a = np.asarray(values, dtype=float)
-        return cls(
-            n=len(a), mean=float(a.mean()), p50=float(np.percentile(a, 50)), p95=float(np.percentile(a, 95)), max=float(a.max())
-        )
+        return cls(n=d.n, mean=d.mean, p50=d.pct(50.0), p95=d.pct(95.0), max=d.max)
 
 
 class SegmentProfile(BaseModel):
