@@ -106,6 +106,18 @@ class SpecCounts(BaseModel):
         )
 
     @classmethod
+    def from_numbers(
+        cls, drafts: Any, draft_tokens: Any, accepted_tokens: Any, accepted_per_pos: list[int] | None, source: str
+    ) -> SpecCounts:
+        """From a server's numbers (counter floats, JSON ints); a missing one stays None."""
+
+        def as_int(v: Any) -> int | None:
+            return None if v is None else int(v)
+
+        return cls(drafts=as_int(drafts), draft_tokens=as_int(draft_tokens), accepted_tokens=as_int(accepted_tokens),
+                   accepted_per_pos=accepted_per_pos, source=source)
+
+    @classmethod
     def total(cls, items: list[SpecCounts]) -> SpecCounts | None:
         if not items:
             return None

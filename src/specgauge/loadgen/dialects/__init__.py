@@ -94,13 +94,7 @@ def spec_from_prefix(d: CounterDiff, prefix: str, source: str, **match: str) -> 
             per_pos = [int(pos.get(str(i), 0.0)) for i in range(k)]
         except ValueError:
             per_pos = None
-    return SpecCounts(
-        drafts=None if drafts is None else int(drafts),
-        draft_tokens=None if dtoks is None else int(dtoks),
-        accepted_tokens=None if acc is None else int(acc),
-        accepted_per_pos=per_pos,
-        source=source,
-    )
+    return SpecCounts.from_numbers(drafts, dtoks, acc, per_pos, source)
 
 
 def _registry() -> dict[str, type[Dialect]]:

@@ -40,13 +40,7 @@ def spec_from_vllm_request(sd: Any, source: str = "vllm:per-request") -> SpecCou
         if isinstance(hist, list) and hist:
             h = [int(x) for x in hist]
             per_pos = [sum(h[i + 1 :]) for i in range(len(h) - 1)]
-        return SpecCounts(
-            drafts=None if drafts is None else int(drafts),
-            draft_tokens=None if dtoks is None else int(dtoks),
-            accepted_tokens=None if acc is None else int(acc),
-            accepted_per_pos=per_pos,
-            source=source,
-        )
+        return SpecCounts.from_numbers(drafts, dtoks, acc, per_pos, source)
     except (TypeError, ValueError):
         return None
 
