@@ -9,6 +9,7 @@ On a GPU server, measure the same ratios there (``specgauge bench`` at k = 0 and
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,7 +78,5 @@ def calibrate_engine(target_dir: str | Path, draft_dir: str | Path | None = None
 def save(profiles: CostProfiles, path: Path) -> Path:
     data = {"default": profiles.default.model_dump(exclude_none=True),
             **{k: v.model_dump(exclude_none=True) for k, v in profiles.per_method.items()}}
-    import json
-
     path.write_text(json.dumps(data, indent=1))
     return path
