@@ -13,10 +13,9 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli import app, console, err_console, user_errors
+from specgauge.cli.common import console, err_console, user_errors
 
 
-@app.command()
 @user_errors
 def compare(
     baseline: Annotated[Path, typer.Argument(help="Baseline: a bench output dir, a results.jsonl, or a simulate JSON.")],
@@ -59,7 +58,6 @@ def compare(
     raise typer.Exit(result.verdict.exit_code)
 
 
-@app.command()
 @user_errors
 def report(
     inputs: Annotated[list[Path], typer.Argument(help="Bench output dirs, results.jsonl, and JSON from profile / simulate / compare.")],

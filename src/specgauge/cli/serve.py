@@ -7,11 +7,10 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli import app, err_console, user_errors
+from specgauge.cli.common import err_console, user_errors
 from specgauge.config import ConfigError
 
 
-@app.command()
 @user_errors
 def serve(
     model: Annotated[Path | None, typer.Option("--model", help="Target model directory (HF layout). Default: the shipped tiny target.")] = None,

@@ -1,0 +1,61 @@
+"""Command line: flags -> config -> one library call. Nothing here computes a figure.
+
+Every command lives in one module of this package as a plain function; this file is the one place
+where they are registered on the typer app. Command modules import only ``specgauge.cli.common``
+and the library, never this module, so there is no import circle.
+
+Errors that are the user's (bad workload line, bad flag value, unreachable server) are printed as one
+clear line naming the place, with exit status 2; a traceback means a bug in specgauge.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from specgauge import __version__
+from specgauge.cli import bench, decide, demo, serve, workload
+from specgauge.cli.common import console
+
+app = typer.Typer(
+    name="specgauge",
+    help="Does speculative decoding pay off on YOUR workload? Profile, replay, benchmark, decide.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"specgauge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    pass
+
+
+#: (module, function) in the order ``specgauge --help`` lists them
+COMMANDS = [
+    (workload.profile, "profile"),
+    (workload.simulate, "simulate"),
+    (serve.serve, "serve"),
+    (bench.bench, "bench"),
+    (decide.compare, "compare"),
+    (decide.report, "report"),
+    (demo.demo, "demo"),
+]
+for _fn, _name in COMMANDS:
+    app.command(_name)(_fn)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,28 @@
+"""``specgauge demo``: the whole job on the embedded default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specgauge.cli.common import (
+    console,
+    err_console,
+    user_errors,
+)
+
+
+@user_errors
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out-dir", "-o", help="Where the demo writes its results and report.")] = Path("specgauge-demo"),
+    num_prompts: Annotated[int, typer.Option("--num-prompts", min=4, help="Requests per live run.")] = 120,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1)] = 4,
+    k: Annotated[str, typer.Option("--k", help="Proposal lengths to replay offline.")] = "1-8",
+) -> None:
+    """The whole job on the embedded default: profile, offline replay, live A/B on the embedded server, verdict, HTML report."""
+    from specgauge.demo import DemoConfig, run_demo
+    from specgauge.simulate.run import parse_ks
+
+    run_demo(DemoConfig(out_dir=out_dir, num_prompts=num_prompts, max_concurrency=max_concurrency, ks=parse_ks(k)), console, err_console)

@@ -1,0 +1,122 @@
+"""``specgauge profile`` and ``specgauge simulate``: workload shape and offline replay (flags -> one library call)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specgauge.cli.common import (
+    FormatOpt,
+    JsonOpt,
+    LimitOpt,
+    SegmentOpt,
+    SkipOpt,
+    TokOpt,
+    WorkloadArg,
+    console,
+    err_console,
+    user_errors,
+    workload_paths,
+)
+
+
+@user_errors
+def profile(
+    workload: WorkloadArg = None,
+    tokenizer: TokOpt = None,
+    format: FormatOpt = None,
+    segment_by: SegmentOpt = None,
+    skip_invalid: SkipOpt = False,
+    limit: LimitOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the workload looks like, per segment: lengths, sampling mix, tools, RAG context, copy overlap, language."""
+    from specgauge.api import profile as run_profile
+    from specgauge.workload.loaders import LoadOptions
+
+    opts = LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit)  # type: ignore[arg-type]
+    prof, report = run_profile(workload_paths(workload), opts, tokenizer)
+    for e in report.errors:
+        err_console.print(f"[yellow]skipped:[/yellow] {e}", highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(prof.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
+    else:
+        from specgauge.report.console import render_profile
+
+        render_profile(prof, console)
+
+
+@user_errors
+def simulate(
+    workload: WorkloadArg = None,
+    method: Annotated[str, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH (plugins by kind).")] = "ngram,suffix",
+    k: Annotated[str, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4.")] = "1-8",
+    speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
+    draft_sampling: Annotated[str, typer.Option("--draft-sampling", help="greedy (vLLM's way: exact replay) or probabilistic (needs target logprobs in the log; lower bound).")] = "greedy",
+    batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
+    cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="JSON cost profile (measured by specgauge bench).")] = None,
+    tokenizer: TokOpt = None,
+    format: FormatOpt = None,
+    segment_by: SegmentOpt = None,
+    skip_invalid: SkipOpt = False,
+    limit: LimitOpt = None,
+    detail: Annotated[bool, typer.Option("--detail", help="Also print every segment × method × k row.")] = False,
+    as_json: JsonOpt = False,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per segment × method × k to this file.")] = None,
+    per_request: Annotated[Path | None, typer.Option("--per-request", help="Append per-request acceptance rows (JSONL) to this file as they are computed.")] = None,
+) -> None:
+    """Acceptance per method, k and segment, replayed offline from logged outputs; predicted speedup."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from specgauge.api import resolve_tokenizer
+    from specgauge.config import ConfigError, SpeculativeConfig
+    from specgauge.simulate.run import SimulateConfig, parse_ks
+    from specgauge.simulate.run import simulate as run_simulate
+    from specgauge.workload.loaders import LoadOptions
+
+    spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None
+    methods = [m for m in method.split(",") if m.strip()]
+    ks = parse_ks(k)
+    if spec is not None:
+        methods = [spec.method or "draft_model"] if method == "ngram,suffix" else methods
+        if k == "1-8" and spec.num_speculative_tokens:
+            ks = [spec.num_speculative_tokens]
+    try:
+        batches = sorted({int(b) for b in batch.split(",")})
+    except ValueError:
+        raise ConfigError(f"--batch {batch!r}: expected integers like 1,8,32") from None
+    if min(batches) < 1:
+        raise ConfigError("--batch: batch sizes must be >= 1")
+    cfg = SimulateConfig(
+        workload=workload_paths(workload),
+        load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
+        methods=methods, ks=ks, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
+        per_request_out=per_request, draft_sampling=draft_sampling,
+    )
+    tok = resolve_tokenizer(tokenizer)
+    with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=as_json) as prog:
+        task = prog.add_task("replay", total=limit)
+        result = run_simulate(cfg, tok, on_request=lambda n: prog.update(task, completed=n))
+    if csv_out is not None:
+        from specgauge.report.tables import simulation_rows, write_csv
+
+        write_csv(simulation_rows(result), csv_out)
+    if as_json:
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
+    else:
+        from specgauge.report.console import render_simulation
+
+        render_simulation(result, console, detail=detail)
+        if csv_out is not None:
+            console.print(f"CSV written to {csv_out}")
