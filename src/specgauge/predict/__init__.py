@@ -1,0 +1,23 @@
+"""Calibrated speedup prediction: a step-cost law fitted on the user's own server, and a replay of
+the workload through a simulated closed-loop bench that turns it into the figures ``compare`` measures.
+
+Boundary: this package reads bench output directories (``results.jsonl`` + ``run.json``) and
+workloads; it never starts servers or sends requests itself (``specgauge.cli.calibrate`` and the
+sweep do that and hand it the run directories). It knows nothing about the CLI.
+
+Public API (used by ``specgauge.sweep`` / ``specgauge.recommend``):
+
+* ``CellSpec`` — one grid cell (speculative config + concurrency).
+* ``StepCostProfile`` — the fitted law, its provenance and residuals; ``save`` / ``load``.
+* ``fit_profile(run_dirs)`` — fit a profile from bench output directories.
+* ``predict_cells(profile, workload, cells)`` — predicted figures per cell (``CellPrediction``).
+"""
+
+from __future__ import annotations
+
+from specgauge.predict.types import CellPrediction, CellSpec, ProfileError
+from specgauge.predict.profile import StepCostProfile
+from specgauge.predict.fit import fit_profile
+from specgauge.predict.predict import predict_cells
+
+__all__ = ["CellPrediction", "CellSpec", "ProfileError", "StepCostProfile", "fit_profile", "predict_cells"]
