@@ -22,7 +22,14 @@ def default_tokenizer_spec() -> str | None:
 
 
 def resolve_tokenizer(spec: str | None) -> Tokenizer:
-    return load_tokenizer(spec if spec is not None else default_tokenizer_spec())
+    """The tokenizer the user named, else the shipped tiny model's (labelled so: it is not the user's
+    model's tokenizer unless the workload names the shipped model)."""
+    if spec is not None:
+        return load_tokenizer(spec)
+    tok = load_tokenizer(default_tokenizer_spec())
+    if hasattr(tok, "origin"):
+        tok.origin = "the shipped tiny model's tokenizer, used by default"
+    return tok
 
 
 def profile(

@@ -97,10 +97,10 @@ def test_hf_tokenizer_applies_chat_template(tmp_path: Path) -> None:
 def test_profile_end_to_end_with_tokenizer(tmp_path: Path) -> None:
     d = make_hf_tokenizer_dir(tmp_path / "tok") if (tmp_path / "tok").mkdir() is None else None
     w = tmp_path / "w.jsonl"
-    w.write_text(json.dumps({"request": {"messages": [{"role": "user", "content": "the cat"}]},
+    w.write_text(json.dumps({"request": {"model": "tok", "messages": [{"role": "user", "content": "the cat"}]},
                              "response": {"text": "the cat hello"}}) + "\n")
     prof, rep = profile([w], LoadOptions(), str(d))
-    assert prof.tokenizer == "hf:tok" and prof.exact_tokens
+    assert prof.tokenizer == "hf:tok" and prof.exact_tokens  # the workload names the tokenizer's own model
     # prompt "<s> user : the cat \nassistant :" = 7 tokens; output "the cat hello" = 3
     assert prof.overall.prompt_tokens.max == 7 and prof.overall.output_tokens.max == 3
     assert prof.overall.copy_overlap == 0.0  # "the cat hello" is not a prompt 3-gram

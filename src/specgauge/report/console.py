@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specgauge.workload.profile import Dist, WorkloadProfile
@@ -48,11 +49,20 @@ def render_profile(p: WorkloadProfile, console: Console) -> None:
     bands = ", ".join(f"T {b}: {_pct(v)}" for b, v in p.overall.temperature_mix.items())
     console.print(f"temperature mix (overall): {bands}", highlight=False)
     src = ", ".join(f"{k} {v}" for k, v in p.token_sources.items())
-    console.print(f"tokenizer: {p.tokenizer} ({'exact' if p.exact_tokens else 'APPROXIMATE'}); token counts from {src}", highlight=False)
+    tc = p.token_counting
+    who = tc.tokenizer if tc is not None else p.tokenizer
+    console.print(f"token counts {'exact' if p.exact_tokens else 'APPROXIMATE'}; from {src}; tokenizer {who}", highlight=False,
+                  markup=False)
+    o = p.overall
+    if o.tool_calls_openai or o.tool_calls_text or o.tools_share:
+        console.print(
+            f"tool calls: {_pct(o.tools_share)} of requests offer tools; {_pct(o.tool_call_share)} of logged responses call one "
+            f"({_pct(o.tool_call_share_when_offered)} where offered): {o.tool_calls_openai} as OpenAI tool_calls, "
+            f"{o.tool_calls_text} as text (<tool_call>…), {o.tool_calls_text_parsed} of those well-formed JSON", highlight=False, markup=False)
     if p.skipped_invalid:
         console.print(f"[yellow]{p.skipped_invalid} invalid request(s) skipped[/yellow]")
     for note in p.overall.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
 
 
 def _f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -107,8 +117,9 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
                 d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
                           " ".join(_f(x) for x in s.per_position_rate), _f(pred(sr, s.method, s.k, b0), "{:.2f}x"))
         console.print(d)
-    console.print(f"tokenizer: {r.tokenizer}; acceptance {'EXACT (logged token ids)' if r.exact else 'APPROXIMATE'}", highlight=False)
+    label = "EXACT (logged token ids)" if r.exact else f"APPROXIMATE (text re-tokenised by {r.tokenizer}; see the note)"
+    console.print(f"acceptance {label}", highlight=False, markup=False)
     for k, v in r.skipped.items():
-        console.print(f"[yellow]skipped {v} request(s): {k}[/yellow]")
+        console.print(f"[yellow]skipped {v} request(s): {escape(k)}[/yellow]")
     for note in r.notes:
-        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)

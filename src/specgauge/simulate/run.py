@@ -25,7 +25,8 @@ from specgauge.simulate.probabilistic import ProbabilisticAccumulator, Probabili
 from specgauge.simulate.replay import AcceptanceAccumulator, AcceptanceSummary, RequestAcceptance
 from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload
 from specgauge.workload.schema import WorkloadItem
-from specgauge.workload.tokenizer import Tokenizer
+from specgauge.workload.tokenizer import Tokenizer, model_match
+from specgauge.workload.tokenizer import describe as describe_tokenizer
 
 MODEL_FREE = ("ngram", "suffix")
 
@@ -231,6 +232,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     paccs: dict[tuple[str, str, int], ProbabilisticAccumulator] = {}
     skipped: Counter[str] = Counter()
     n = approx = 0
+    approx_models: Counter[str] = Counter()  # re-tokenised requests: own / other model's tokenizer / unknown
     sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
     try:
         for item in iter_workload(cfg.workload, cfg.load, report):
@@ -242,7 +244,10 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
             if not out:
                 skipped["empty logged output"] += 1
                 continue
-            approx += not exact
+            if not exact:
+                approx += 1
+                m = model_match(tok, item.named_model())
+                approx_models["unknown" if m is None else "own" if m else "other"] += 1
             seg = item.request.segment
             for r in runners:
                 if r.probabilistic and (item.request.temperature or 0) > 0:
@@ -274,7 +279,16 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
         skipped["invalid (skipped)"] += report.skipped
     notes = []
     if approx:
-        notes.append(f"{approx} request(s) had no logged token ids: re-tokenised with {tok.name}, acceptance APPROXIMATE")
+        whose = []
+        if approx_models["own"]:
+            whose.append(f"{approx_models['own']} name its model")
+        if approx_models["other"]:
+            whose.append(f"{approx_models['other']} name another model: its ids are not their model's, so their "
+                         "acceptance says little")
+        if approx_models["unknown"]:
+            whose.append(f"{approx_models['unknown']} name no model, so whether it is their model's tokenizer is unknown")
+        notes.append(f"{approx} request(s) had no logged token ids: re-tokenised with {describe_tokenizer(tok)} "
+                     f"({'; '.join(whose)}); acceptance APPROXIMATE — log token ids (vLLM return_token_ids) for exact figures")
     if n == 0:
         notes.append("no request had a logged response with output: nothing to replay")
     segments = sorted({seg for seg, _, _ in accs if seg})

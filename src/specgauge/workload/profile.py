@@ -1,23 +1,36 @@
 """``specgauge profile``: what a workload looks like, per segment and overall.
 
 Streams the workload once, keeping a few numbers per request. Figures that need tokens use the
-logged token ids when present, else the tokenizer given (the result names which, and says when the
-approximation was used). Empty data gives ``None`` with a reason, never 0.
+logged token ids (and ``usage``) when present, else the tokenizer given. Counts made by a tokenizer
+are labelled exact only when it is the tokenizer of the model each request names (``model``);
+another model's tokenizer, the shipped tiny model's used by default on a user's workload, or a
+workload that names no model (nobody can tell) make them approximate, and ``token_counting`` says
+which tokenizer counted and why. Empty data gives ``None`` with a reason, never 0.
+
+Tool calls: a logged response calls a tool when it has OpenAI ``tool_calls`` or a text tool call
+in its content (hermes ``<tool_call>{…}</tool_call>``, Mistral ``[TOOL_CALLS]``, Llama
+``<|python_tag|>``); an opened ``<tool_call>`` counts even when the output was cut before it closed
+(the share describes what the model emits, which is what drafters see). ``tools_share`` is the share
+of requests *offering* tools; ``tool_call_share`` the share of logged responses *calling* one, and
+``tool_call_share_when_offered`` the same among responses to requests that offered tools.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.stats.distributions import describe
-from specgauge.workload.schema import WorkloadItem
-from specgauge.workload.tokenizer import Tokenizer
+from specgauge.workload.schema import Response, WorkloadItem
+from specgauge.workload.tokenizer import Tokenizer, model_match
+from specgauge.workload.tokenizer import describe as describe_tokenizer
 
 COPY_NGRAM = 3
 #: a single system/user turn this long is treated as retrieved context
@@ -26,6 +39,33 @@ CONTEXT_MIN_CHARS = 1500
 KO_MIN_HANGUL, KO_MIN_SHARE = 20, 0.05
 _CONTEXT_FIELDS = ("documents", "context", "contexts", "retrieved", "passages", "retrieved_context")
 _PASSAGE_MARK = re.compile(r"(?m)^\s*(\[\d+\]|<document\b|<doc\b|<context\b|Document \d+|Passage \d+|문서 \d+)")
+#: a text tool call in a response's content: hermes / Qwen, Mistral, Llama 3.x
+_TEXT_TOOL_CALL = re.compile(r"<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>")
+_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def tool_call_form(resp: Response) -> Literal["openai", "text"] | None:
+    """How a logged response calls a tool: OpenAI ``tool_calls``, a text tool call, or not at all."""
+    if resp.tool_calls:
+        return "openai"
+    if resp.text and _TEXT_TOOL_CALL.search(resp.text):
+        return "text"
+    return None
+
+
+def text_tool_call_parses(text: str) -> bool:
+    """Every hermes ``<tool_call>…</tool_call>`` in ``text`` closes and holds a JSON object with a name."""
+    calls = _HERMES_CALL.findall(text)
+    if not calls or text.count("<tool_call>") != len(calls):
+        return False
+    for body in calls:
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return False
+    return True
 
 
 def _is_hangul(ch: str) -> bool:
@@ -58,7 +98,13 @@ class SegmentProfile(BaseModel):
     temperature_mix: dict[str, float] = Field(description="share of requests per temperature band")
     top_p_mix: dict[str, float]
     tools_share: float = Field(description="share of requests that offer tools")
-    tool_call_share: float | None = Field(description="share of logged responses that call a tool")
+    tool_call_share: float | None = Field(description="share of logged responses that call a tool (OpenAI or text form)")
+    tool_call_share_when_offered: float | None = Field(
+        default=None, description="share of logged responses to requests offering tools that call one")
+    tool_calls_openai: int = Field(default=0, description="responses with OpenAI tool_calls")
+    tool_calls_text: int = Field(default=0, description="responses with a text tool call in their content")
+    tool_calls_text_parsed: int = Field(
+        default=0, description="of the text ones: every <tool_call> closed and held JSON with a name")
     context_share: float = Field(description="share of requests carrying retrieved context")
     context_char_share: float | None = Field(description="share of prompt characters in retrieved-context blocks")
     copy_overlap: float | None = Field(
@@ -70,9 +116,23 @@ class SegmentProfile(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class TokenCounting(BaseModel):
+    """Where the token counts came from and how far to trust them."""
+
+    label: Literal["exact", "approximate"]
+    tokenizer: str = Field(description="the tokenizer that counted what the log did not (name and origin)")
+    requests_counted_by_tokenizer: int = 0
+    #: of those requests: "own" (the tokenizer of the model they name), "other" (another model's), "unknown" (no model named)
+    tokenizer_is_models: dict[str, int] = Field(default_factory=dict)
+    #: the model names those requests give, with counts
+    models: dict[str, int] = Field(default_factory=dict)
+    reason: str
+
+
 class WorkloadProfile(BaseModel):
     tokenizer: str
     exact_tokens: bool
+    token_counting: TokenCounting | None = None
     token_sources: dict[str, int] = Field(description="where token counts came from: log / tokenizer")
     overall: SegmentProfile
     segments: dict[str, SegmentProfile]
@@ -119,6 +179,11 @@ class _Acc:
         self.top_p: Counter[str] = Counter()
         self.tools = 0
         self.tool_calls = 0
+        self.offered_resp = 0
+        self.offered_calls = 0
+        self.calls_openai = 0
+        self.calls_text = 0
+        self.calls_text_parsed = 0
         self.context = 0
         self.context_chars = 0
         self.prompt_chars = 0
@@ -166,8 +231,17 @@ class _Acc:
         self.lang["ko" if is_ko else ("en" if re.search(r"[A-Za-z]", text) else "other")] += 1
         if resp is not None:
             self.with_resp += 1
-            if resp.tool_calls:
+            form = tool_call_form(resp)
+            if form is not None:
                 self.tool_calls += 1
+                if form == "openai":
+                    self.calls_openai += 1
+                else:
+                    self.calls_text += 1
+                    self.calls_text_parsed += text_tool_call_parses(resp.text)
+            if req.tools:
+                self.offered_resp += 1
+                self.offered_calls += form is not None
             if out_count is not None:
                 self.output.append(out_count)
             if output_ids is not None and output_ids:
@@ -193,6 +267,9 @@ class _Acc:
             top_p_mix=share(self.top_p),
             tools_share=self.tools / n if n else math.nan,
             tool_call_share=self.tool_calls / self.with_resp if self.with_resp else None,
+            tool_call_share_when_offered=self.offered_calls / self.offered_resp if self.offered_resp else None,
+            tool_calls_openai=self.calls_openai, tool_calls_text=self.calls_text,
+            tool_calls_text_parsed=self.calls_text_parsed,
             context_share=self.context / n if n else math.nan,
             context_char_share=self.context_chars / self.prompt_chars if self.prompt_chars else None,
             copy_overlap=self.copy_cov / self.copy_tot if self.copy_tot else None,
@@ -203,12 +280,42 @@ class _Acc:
         )
 
 
+def _token_counting(tokenizer: Tokenizer, counted: int, is_models: Counter[str], models: Counter[str]) -> TokenCounting:
+    """The label: exact only when nothing was counted by the tokenizer, or every request it counted
+    names a model whose tokenizer it is."""
+    who = describe_tokenizer(tokenizer)
+    exact = counted == 0 or (tokenizer.exact and is_models["own"] == counted)
+    if counted == 0:
+        reason = "every token count came from the log (token ids or usage)"
+    elif not tokenizer.exact:
+        reason = (f"{counted} request(s) counted by {who}, an approximation (words and punctuation), not a model's "
+                  "tokenizer; pass --tokenizer DIR of the serving model")
+    elif exact:
+        reason = f"{counted} request(s) counted by {who}, the tokenizer of the model they name ({', '.join(models)})"
+    else:
+        parts = []
+        if is_models["other"]:
+            others = ", ".join(m for m in models if model_match(tokenizer, m) is False)
+            parts.append(f"{is_models['other']} name another model ({others}) than the one {tokenizer.name} belongs to")
+        if is_models["unknown"]:
+            parts.append(f"{is_models['unknown']} name no model, so nothing says {tokenizer.name} is their model's tokenizer")
+        reason = (f"{counted} request(s) counted by {who}: {'; '.join(parts)}. Pass --tokenizer DIR of the serving "
+                  "model (and keep the requests' model field) for exact counts")
+    return TokenCounting(label="exact" if exact else "approximate", tokenizer=who, requests_counted_by_tokenizer=counted,
+                         tokenizer_is_models=dict(sorted(is_models.items())), models=dict(models.most_common(10)),
+                         reason=reason)
+
+
 def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skipped_invalid: int = 0) -> WorkloadProfile:
     overall = _Acc()
     segs: dict[str, _Acc] = {}
     sources: Counter[str] = Counter()
+    is_models: Counter[str] = Counter()  # requests counted by the tokenizer: own / other / unknown
+    models: Counter[str] = Counter()
+    counted = 0
     for item in items:
         req, resp = item.request, item.response
+        by_tokenizer = False
         if resp is not None and resp.prompt_token_ids is not None:
             prompt_ids = resp.prompt_token_ids
             sources["prompt: log"] += 1
@@ -218,29 +325,41 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
         else:
             prompt_ids = tokenizer.encode_request(req)
             sources["prompt: tokenizer"] += 1
+            by_tokenizer = True
         output_ids: list[int] | None = None
         out_count: int | None = None
         if resp is not None:
+            has_usage = resp.usage is not None and resp.usage.completion_tokens is not None
             if resp.output_token_ids is not None:
                 output_ids = resp.output_token_ids
                 sources["output: log"] += 1
             elif resp.text:
-                output_ids = tokenizer.encode(resp.text)
-                sources["output: tokenizer"] += 1
-            if resp.usage is not None and resp.usage.completion_tokens is not None:
-                out_count = resp.usage.completion_tokens
+                output_ids = tokenizer.encode(resp.text)  # copy overlap needs ids even when usage gives the count
+                sources["output: usage" if has_usage else "output: tokenizer"] += 1
+                by_tokenizer |= not has_usage
+            if has_usage:
+                out_count = resp.usage.completion_tokens  # type: ignore[union-attr]
             elif output_ids is not None:
                 out_count = len(output_ids)
+        if by_tokenizer:
+            counted += 1
+            model = item.named_model()
+            m = model_match(tokenizer, model)
+            is_models["unknown" if m is None else "own" if m else "other"] += 1
+            if model is not None:
+                models[model] += 1
         for acc in (overall, segs.setdefault(req.segment, _Acc())):
             acc.add(item, prompt_ids, output_ids, out_count)
+    tc = _token_counting(tokenizer, counted, is_models, models)
     notes = []
-    if not tokenizer.exact and (sources["prompt: tokenizer"] or sources["output: tokenizer"]):
-        notes.append(f"token counts approximate ({tokenizer.name}); pass --tokenizer DIR for exact counts")
+    if tc.label == "approximate":
+        notes.append(f"token counts approximate: {tc.reason}")
     if overall.with_resp == 0:
         notes.append("no logged responses: output tokens, tool calls and copy overlap need them")
     return WorkloadProfile(
         tokenizer=tokenizer.name,
-        exact_tokens=tokenizer.exact or not (sources["prompt: tokenizer"] or sources["output: tokenizer"]),
+        exact_tokens=tc.label == "exact",
+        token_counting=tc,
         token_sources=dict(sources),
         overall=overall.result(notes),
         segments={k: v.result(notes) for k, v in sorted(segs.items())},

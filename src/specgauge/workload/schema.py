@@ -151,3 +151,12 @@ class WorkloadItem(BaseModel):
     request: Request
     response: Response | None = None
     source: str = ""
+
+    def named_model(self) -> str | None:
+        """The model this request was for: its body's ``model``, else the logged response's, else
+        ``metadata.model``; None when nothing names one."""
+        for v in (self.request.extra.get("model"), self.response.extra.get("model") if self.response else None,
+                  self.request.metadata.get("model")):
+            if isinstance(v, str) and v.strip():
+                return v.strip()
+        return None

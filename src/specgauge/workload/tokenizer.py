@@ -9,6 +9,12 @@
   are an approximation and every figure made with it says so (``exact = False``).
 
 Token ids found in a log always win over re-tokenising (the callers check that first).
+
+Whose tokenizer is it? Counts made by re-tokenising are only exact with the workload's *own* model's
+tokenizer. ``model_match(tok, model)`` tells: True when the tokenizer answers to the model name the
+workload gives (its directory name, or the ``name_or_path`` its files record, compared by last path
+component, case-insensitive; for tiktoken, the encoding tiktoken maps the model to), False when the
+workload names another model, None when the workload names no model (then nobody can tell).
 """
 
 from __future__ import annotations
@@ -39,6 +45,25 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     def encode_request(self, request: Request) -> list[int]: ...
+
+
+def model_key(name: str) -> str:
+    """How model names are compared: last path component, lower-case ("meta-llama/Llama-3-8B" -> "llama-3-8b")."""
+    return name.strip().replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+def model_match(tok: Tokenizer, model: str | None) -> bool | None:
+    """Is ``tok`` the tokenizer of ``model``? None when no model is named (unknown)."""
+    if not model:
+        return None
+    fn = getattr(tok, "matches_model", None)
+    return bool(fn(model)) if fn is not None else False
+
+
+def describe(tok: Tokenizer) -> str:
+    """The tokenizer's name, plus where it came from when that matters to the reader."""
+    note = getattr(tok, "origin", None)
+    return f"{tok.name} ({note})" if note else tok.name
 
 
 class HFTokenizer:
@@ -74,6 +99,13 @@ class HFTokenizer:
         self.name = f"hf:{d.name}"
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self._compiled: Any = None
+        #: model names this tokenizer answers to (compared by ``model_key``)
+        self.model_names = {model_key(d.resolve().name)} | {model_key(n) for n in _recorded_names(d, cfg)}
+        #: e.g. "the shipped tiny model's tokenizer": set by whoever chose it for the user
+        self.origin: str | None = None
+
+    def matches_model(self, model: str) -> bool:
+        return model_key(model) in self.model_names
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
@@ -121,6 +153,18 @@ class HFTokenizer:
         return ids
 
 
+def _recorded_names(d: Path, tokenizer_cfg: dict[str, Any]) -> list[str]:
+    """``name_or_path`` in tokenizer_config.json and ``_name_or_path`` in config.json, when recorded."""
+    names = [tokenizer_cfg.get("name_or_path")]
+    cj = d / "config.json"
+    if cj.is_file():
+        try:
+            names.append(json.loads(cj.read_text(encoding="utf-8")).get("_name_or_path"))
+        except (OSError, ValueError, AttributeError):
+            pass
+    return [n for n in names if isinstance(n, str) and n.strip()]
+
+
 def _token_text(v: Any) -> str | None:
     if isinstance(v, dict):
         return v.get("content")
@@ -144,6 +188,15 @@ class TiktokenTokenizer:
             ) from None
         self.name = f"tiktoken:{encoding}"
         self.vocab_size = self._enc.n_vocab
+        self._encoding = encoding
+
+    def matches_model(self, model: str) -> bool:
+        from tiktoken.model import encoding_name_for_model
+
+        try:
+            return bool(encoding_name_for_model(model_key(model)) == self._encoding)
+        except KeyError:
+            return False
 
     def encode(self, text: str) -> list[int]:
         return list(self._enc.encode(text, disallowed_special=()))
@@ -169,6 +222,9 @@ class ApproxTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return [_hash_id(w) for w in _WORD.findall(text)]
+
+    def matches_model(self, model: str) -> bool:
+        return False  # no model's tokenizer
 
     def decode(self, ids: list[int]) -> str:
         raise TokenizerError("the approximate tokenizer cannot decode ids; pass --tokenizer DIR")
