@@ -84,12 +84,16 @@ class ManagedServer:
 
 
 def embedded_server(model: Path, log: Path, speculative_config: dict | None = None, max_batch: int = 8,
-                    threads: int = 1, extra: Sequence[str] = ()) -> ManagedServer:
-    """``specgauge serve`` in a child process (its own interpreter: the caller's timing stays clean)."""
+                    threads: int = 1, extra: Sequence[str] = (),
+                    per_request_metrics: str | None = "detailed") -> ManagedServer:
+    """``specgauge serve`` in a child process (its own interpreter: the caller's timing stays clean).
+    ``per_request_metrics=None`` serves only the aggregate /metrics counters, as vLLM does by default."""
     port = free_port()
     cmd = [sys.executable, "-m", "specgauge", "serve", "--model", str(model), "--port", str(port),
-           "--max-batch", str(max_batch), "--threads", str(threads), "--per-request-spec-decode-metrics", "detailed",
-           *extra]
+           "--max-batch", str(max_batch), "--threads", str(threads)]
+    if per_request_metrics:
+        cmd += ["--per-request-spec-decode-metrics", per_request_metrics]
+    cmd += list(extra)
     if speculative_config:
         cmd += ["--speculative-config", json.dumps(speculative_config)]
     return ManagedServer("specgauge serve", cmd, port, log, health_timeout=120)

@@ -21,7 +21,7 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Requests decoded together (KV-cache slots).")] = 8,
     max_model_len: Annotated[int, typer.Option("--max-model-len", min=16)] = 2048,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16 | float16 | float64")] = "float32",
-    served_model_name: Annotated[str | None, typer.Option("--served-model-name")] = None,
+    served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="The model's name in the API and in /metrics labels. Default: the model directory's name (never its path).")] = None,
     per_request_spec_decode_metrics: Annotated[str | None, typer.Option("--per-request-spec-decode-metrics", help="summary | detailed: metrics.speculative_decoding in responses, as vLLM.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="torch CPU threads (1 is best for tiny models on a busy machine).")] = None,
 ) -> None:

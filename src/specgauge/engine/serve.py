@@ -8,6 +8,12 @@ from typing import Any
 from specgauge.config import SpeculativeConfig
 
 
+def default_served_name(model_dir: str | Path) -> str:
+    """The name the API serves a model under when none is given: its directory's name, never its path
+    (results and /metrics labels then carry no machine paths)."""
+    return Path(model_dir).resolve().name
+
+
 def build_app(
     model_dir: str | Path,
     speculative_config: SpeculativeConfig | str | None = None,
@@ -37,7 +43,7 @@ def build_app(
     engine = Engine(model_dir, speculative_config, max_batch=max_batch, max_model_len=max_model_len, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     settings = ServerSettings(
-        model_name=served_model_name or str(model_dir), api_key=api_key, max_request_bytes=max_request_bytes,
+        model_name=served_model_name or default_served_name(model_dir), api_key=api_key, max_request_bytes=max_request_bytes,
         per_request_spec_metrics=per_request_spec_decode_metrics,
     )
     return create_app(engine, tokenizer, settings)
