@@ -30,6 +30,7 @@ from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.memory import MemorySampler
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+from specgauge.paths import portable_path
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
 from specgauge.stats.latency import parse_goodput
 from specgauge.stats.summary import summarize
@@ -106,9 +107,13 @@ class BenchConfig(BaseModel):
         return ms
 
     def public(self) -> dict[str, Any]:
-        """The config as stored beside the results: secrets left out."""
+        """The config as stored beside the results: secrets left out, and no absolute machine path
+        (workload files relative to the output directory, the built-in sample by name, the output
+        directory by its name; ``report.runs`` resolves them back)."""
         d = self.model_dump(mode="json", exclude={"api_key"})
         d["api_key_set"] = self.api_key is not None
+        d["workload"] = [portable_path(p, self.output_dir) for p in self.workload]
+        d["output_dir"] = Path(self.output_dir).resolve().name
         return d
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specgauge.errors import UserError
+from specgauge.paths import resolve_portable
 from specgauge.records import RequestRecord, ResultsFile
 from specgauge.simulate.run import SimulateResult
 from specgauge.stats.compare import CompareConfig, compare_simulations
@@ -105,7 +106,8 @@ def _first_error(e: ValidationError) -> str:
 def _workload_requests(run: LoadedRun) -> None:
     """Fill prompts and temperatures from the workload that run.json names, when it still exists."""
     cfg = (run.run or {}).get("config") or {}
-    paths = [Path(p) for p in cfg.get("workload") or []]
+    run_dir = run.path if run.path.is_dir() else run.path.parent
+    paths = [resolve_portable(str(p), run_dir) for p in cfg.get("workload") or []]
     if not paths:
         return
     missing = [p for p in paths if not p.exists()]

@@ -1,0 +1,40 @@
+"""Paths as stored in results (run.json and the like): never an absolute machine path.
+
+``portable_path`` writes a file as ``specgauge:samples/NAME`` when it is a built-in sample, else
+relative to the directory the result is written to; ``resolve_portable`` reads it back (and still
+reads the absolute or working-directory-relative paths older results hold).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BUILTIN_PREFIX = "specgauge:samples/"
+
+
+def _samples_dir() -> Path:
+    from specgauge.workload.samples import sample_logged_path
+
+    return sample_logged_path().resolve().parent
+
+
+def portable_path(path: str | Path, base_dir: str | Path) -> str:
+    """``path`` as stored beside results written to ``base_dir``."""
+    p = Path(path).resolve()
+    if p.parent == _samples_dir():
+        return BUILTIN_PREFIX + p.name
+    try:
+        return Path(os.path.relpath(p, Path(base_dir).resolve())).as_posix()
+    except ValueError:  # another drive (Windows): the name is all that can be kept
+        return p.name
+
+
+def resolve_portable(stored: str, base_dir: str | Path) -> Path:
+    """The file a stored path names, for results that live in ``base_dir``."""
+    if stored.startswith(BUILTIN_PREFIX):
+        return _samples_dir() / stored[len(BUILTIN_PREFIX):]
+    p = Path(stored)
+    if p.is_absolute() or not (Path(base_dir) / p).exists():
+        return p  # older results: absolute, or relative to the working directory
+    return Path(base_dir) / p

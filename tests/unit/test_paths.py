@@ -1,0 +1,32 @@
+"""Paths stored in results are never absolute, and read back to the same files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specgauge.paths import portable_path, resolve_portable
+from specgauge.workload.samples import sample_logged_path
+
+
+def test_builtin_sample_is_stored_by_name(tmp_path: Path) -> None:
+    s = portable_path(sample_logged_path(), tmp_path / "out")
+    assert s == "specgauge:samples/sample_logged.jsonl"
+    assert resolve_portable(s, tmp_path / "out") == sample_logged_path().resolve()
+
+
+def test_a_user_file_is_stored_relative_to_the_output_dir(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "data").mkdir()
+    w = tmp_path / "data" / "w.jsonl"
+    w.write_text("{}\n")
+    out = tmp_path / "results" / "run1"
+    out.mkdir(parents=True)
+    s = portable_path(w, out)
+    assert s == "../../data/w.jsonl" and not Path(s).is_absolute()
+    assert resolve_portable(s, out).resolve() == w.resolve()
+    monkeypatch.chdir(tmp_path)  # relative input paths resolve against the working directory first
+    assert portable_path(Path("data/w.jsonl"), Path("results/run1")) == "../../data/w.jsonl"
+
+
+def test_older_results_with_absolute_or_cwd_relative_paths_still_resolve(tmp_path: Path) -> None:
+    assert resolve_portable(str(tmp_path / "w.jsonl"), tmp_path / "o") == tmp_path / "w.jsonl"
+    assert resolve_portable("w.jsonl", tmp_path / "o") == Path("w.jsonl")  # not beside the run: as written
