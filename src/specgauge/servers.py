@@ -34,10 +34,11 @@ def free_port() -> int:
 
 class ManagedServer:
     def __init__(self, name: str, cmd: Sequence[str], port: int, log: Path, env: dict[str, str] | None = None,
-                 health_timeout: float = 300.0) -> None:
+                 health_timeout: float = 300.0, health_paths: Sequence[str] = ("/health",)) -> None:
         self.name, self.cmd, self.port, self.log = name, list(cmd), port, log
         self.env = {**os.environ, **(env or {})}
         self.health_timeout = health_timeout
+        self.health_paths = tuple(health_paths)  #: healthy when any of them answers 200
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -54,15 +55,16 @@ class ManagedServer:
             if self.proc.poll() is not None:
                 tail = self.log.read_text(errors="replace")[-2000:]
                 raise ServerStartError(f"{self.name} exited with status {self.proc.returncode} while starting; log {self.log}:\n{tail}")
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
+            for path in self.health_paths:
+                try:
+                    with urllib.request.urlopen(self.base_url + path, timeout=2) as r:
+                        if r.status == 200:
+                            return self
+                except OSError:
+                    pass
             time.sleep(0.5)
         self.stop()
-        raise ServerStartError(f"{self.name} not healthy after {self.health_timeout:.0f} s; log {self.log}")
+        raise ServerStartError(f"{self.name} not healthy ({' or '.join(self.health_paths)}) after {self.health_timeout:.0f} s; log {self.log}")
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
