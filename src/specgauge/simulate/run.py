@@ -2,7 +2,10 @@
 
 One streaming pass over the workload; every (method, k) sees every request in file order (the suffix
 drafter's global tree therefore learns from earlier responses in that order, as a live server would
-in arrival order). Exactness: logged token ids give exact acceptance (replay theorem); text-only
+in arrival order). With ``partition_by`` each value of that field (a server, a cache) is its own
+stream with its own suffix cache, in file order within it. ``ReplayTally`` holds everything the pass
+keeps and builds the result; ``specgauge.scale.replay`` feeds it the same rows in the same order from
+Ray workers, so both give the same ``SimulateResult``. Exactness: logged token ids give exact acceptance (replay theorem); text-only
 logs are re-tokenised with the target tokenizer and marked approximate.
 """
 
@@ -23,7 +26,7 @@ from specgauge.errors import UserError
 from specgauge.simulate.cost_model import CostProfiles, SpeedupPrediction, predict_speedup
 from specgauge.simulate.probabilistic import ProbabilisticAccumulator, ProbabilisticSummary, alpha_lower_bound
 from specgauge.simulate.replay import AcceptanceAccumulator, AcceptanceSummary, RequestAcceptance
-from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload
+from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload, segment_rule
 from specgauge.workload.schema import WorkloadItem
 from specgauge.workload.tokenizer import Tokenizer, model_match
 from specgauge.workload.tokenizer import describe as describe_tokenizer
@@ -105,6 +108,9 @@ class SimulateConfig(BaseModel):
     draft_sampling: str = "greedy"
     #: append every per-request row (JSONL) here as it is computed; nothing per request stays in memory
     per_request_out: Path | None = None
+    #: a field path (or 're:REGEX') naming the cache a request went through: one suffix cache per value
+    #: (as one server per value); None: one cache over the whole log in file order
+    partition_by: str | None = None
 
 
 class SegmentResult(BaseModel):
@@ -174,6 +180,16 @@ def _token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int]
     return prompt, out, exact
 
 
+#: drafters whose proposal depends on the request alone; every other kind (suffix, plugins) may learn
+#: across requests, so its replay keeps each stream in arrival order
+PER_REQUEST_KINDS = ("ngram", "draft_model")
+
+
+def stream_ordered(kind: str) -> bool:
+    """True when a drafter of this kind carries state from one request to the next (suffix's cache)."""
+    return kind not in PER_REQUEST_KINDS
+
+
 class _MethodRunner:
     """Replays one method for every k on one request."""
 
@@ -187,25 +203,43 @@ class _MethodRunner:
                 self.drafters = {k: make_drafter(spec.kind, **spec.drafter_options(k)) for k in ks}
         except (ValueError, TypeError, OSError) as e:
             raise SimulateError(f"--method {spec.label}: {e}") from None
+        #: stream (partition value) -> its own drafters, for kinds that learn across requests
+        self._streams: dict[str, dict[int, Drafter]] = {"": self.drafters}
+
+    def _drafters(self, stream: str) -> dict[int, Drafter]:
+        if not stream_ordered(self.spec.kind):
+            return self.drafters
+        d = self._streams.get(stream)
+        if d is None:
+            d = self._streams[stream] = {k: make_drafter(self.spec.kind, **self.spec.drafter_options(k)) for k in self.ks}
+        return d
 
     @property
     def probabilistic(self) -> bool:
         return self.spec.options.get("sampling") == "probabilistic"
 
-    def run(self, item: WorkloadItem, prompt: list[int], out: list[int]) -> dict[int, ReplayTrace]:
-        rid = item.request.id
+    def run(self, item: WorkloadItem, prompt: list[int], out: list[int], stream: str = "") -> dict[int, ReplayTrace]:
+        return self.run_ids(item.request.id, item.source, prompt, out, stream)
+
+    def run_ids(self, rid: str, source: str, prompt: list[int], out: list[int], stream: str = "",
+                ks: Sequence[int] | None = None) -> dict[int, ReplayTrace]:
+        """Traces for ``ks`` (default: every k) of one request, from its token ids; ``stream`` picks
+        the cache of a stream-ordered drafter."""
+        ks = self.ks if ks is None else ks
         try:
             if self.spec.kind == "draft_model":
                 pred = self.model.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
                 match = np.asarray(pred) == np.asarray(out)
-                return {k: trace_from_matches(match, k) for k in self.ks}
+                return {k: trace_from_matches(match, k) for k in ks}
             traces = {}
-            for k, d in self.drafters.items():
+            drafters = self._drafters(stream)
+            for k in ks:
+                d = drafters[k]
                 fast = getattr(d, "replay", None)
                 traces[k] = fast(rid, prompt, out, k) if fast is not None else replay_by_stepping(d, rid, prompt, out, k)
             return traces
         except (ValueError, IndexError) as e:
-            raise SimulateError(f"{item.source}: request {rid}: --method {self.spec.label}: {e}") from None
+            raise SimulateError(f"{source}: request {rid}: --method {self.spec.label}: {e}") from None
 
     def alphas(self, item: WorkloadItem, prompt: list[int], out: list[int]) -> np.ndarray:
         """Per-position acceptance lower bound for a sampling draft model (needs target logprobs)."""
@@ -218,87 +252,142 @@ class _MethodRunner:
         return alpha_lower_bound(logq, item.response.top_logprobs)
 
 
-def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], None] | None = None) -> SimulateResult:
+def method_specs(cfg: SimulateConfig) -> list[MethodSpec]:
+    """The configured methods, checked: k >= 1, no method twice."""
     if not cfg.ks or min(cfg.ks) < 1:
         raise ConfigError("--k: k must be >= 1")
     specs = [MethodSpec.parse(m, cfg.speculative_config, cfg.draft_sampling) for m in cfg.methods]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--method: the same method twice ({', '.join(labels)})")
+    return specs
+
+
+class ReplayTally:
+    """Everything one replay pass keeps, fed request by request in workload order: accumulators per
+    (segment, method, k), skip counts, approximation counts, the per-request JSONL sink. ``result``
+    builds the ``SimulateResult``. The order rows are added in is the order of the spread figures'
+    float sums, so a merge that adds the same rows in the same order gives the same result."""
+
+    def __init__(self, cfg: SimulateConfig, labels: list[str], tok: Tokenizer) -> None:
+        self.cfg, self.labels, self.tok = cfg, labels, tok
+        self.profiles = CostProfiles.load(cfg.cost_profile)
+        self.report = LoadReport()
+        self.accs: dict[tuple[str, str, int], AcceptanceAccumulator] = {}
+        self.paccs: dict[tuple[str, str, int], ProbabilisticAccumulator] = {}
+        self.skipped: Counter[str] = Counter()
+        self.n = self.approx = 0
+        self.approx_models: Counter[str] = Counter()  # re-tokenised requests: own / other model's tokenizer / unknown
+        self.notes: list[str] = []
+        self._sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
+
+    def begin_request(self, exact: bool, model_match: bool | None) -> None:
+        """A request with output is about to be replayed; ``model_match`` (re-tokenised ones): is the
+        tokenizer its model's (None: it names no model)."""
+        if not exact:
+            self.approx += 1
+            self.approx_models["unknown" if model_match is None else "own" if model_match else "other"] += 1
+
+    def add(self, row: RequestAcceptance) -> None:
+        for key in (("", row.method, row.k), (row.segment, row.method, row.k)):
+            if key not in self.accs:
+                self.accs[key] = AcceptanceAccumulator(row.method, row.k)
+            self.accs[key].add(row)
+        if self._sink is not None:
+            self._sink.write(row.model_dump_json() + "\n")
+
+    def add_alphas(self, segment: str, label: str, k: int, alphas: np.ndarray) -> None:
+        for key in (("", label, k), (segment, label, k)):
+            self.paccs.setdefault(key, ProbabilisticAccumulator(label, k)).add(alphas)
+
+    def end_request(self) -> int:
+        self.n += 1
+        if self._sink is not None:
+            self._sink.flush()
+        return self.n
+
+    def close(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+    def result(self) -> SimulateResult:
+        self.close()
+        cfg, tok, skipped, approx_models = self.cfg, self.tok, Counter(self.skipped), self.approx_models
+        if self.report.skipped:
+            skipped["invalid (skipped)"] += self.report.skipped
+        notes = list(self.notes)
+        if self.approx:
+            whose = []
+            if approx_models["own"]:
+                whose.append(f"{approx_models['own']} name its model")
+            if approx_models["other"]:
+                whose.append(f"{approx_models['other']} name another model: its ids are not their model's, so their "
+                             "acceptance says little")
+            if approx_models["unknown"]:
+                whose.append(f"{approx_models['unknown']} name no model, so whether it is their model's tokenizer is unknown")
+            notes.append(f"{self.approx} request(s) had no logged token ids: re-tokenised with {describe_tokenizer(tok)} "
+                         f"({'; '.join(whose)}); acceptance APPROXIMATE — log token ids (vLLM return_token_ids) for exact figures")
+        if self.n == 0:
+            notes.append("no request had a logged response with output: nothing to replay")
+        accs, labels, profiles = self.accs, self.labels, self.profiles
+        segments = sorted({seg for seg, _, _ in accs if seg})
+        return SimulateResult(
+            tokenizer=tok.name, exact=self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
+            overall=_segment("", accs, labels, cfg, profiles),
+            segments={s: _segment(s, accs, labels, cfg, profiles) for s in segments},
+            requests_replayed=self.n, skipped=dict(skipped), notes=notes,
+            probabilistic=_probabilistic(self.paccs),
+        )
+
+
+def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], None] | None = None) -> SimulateResult:
+    specs = method_specs(cfg)
     runners = [_MethodRunner(s, cfg.ks, tok) for s in specs]
-    profiles = CostProfiles.load(cfg.cost_profile)
-    report = LoadReport()
-    accs: dict[tuple[str, str, int], AcceptanceAccumulator] = {}
-    paccs: dict[tuple[str, str, int], ProbabilisticAccumulator] = {}
-    skipped: Counter[str] = Counter()
-    n = approx = 0
-    approx_models: Counter[str] = Counter()  # re-tokenised requests: own / other model's tokenizer / unknown
-    sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
+    tally = ReplayTally(cfg, [s.label for s in specs], tok)
+    stream_of = segment_rule(cfg.partition_by)
     try:
-        for item in iter_workload(cfg.workload, cfg.load, report):
+        for item in iter_workload(cfg.workload, cfg.load, tally.report):
             resp = item.response
             if resp is None:
-                skipped["no logged response"] += 1
+                tally.skip("no logged response")
                 continue
             prompt, out, exact = _token_ids(item, tok)
             if not out:
-                skipped["empty logged output"] += 1
+                tally.skip("empty logged output")
                 continue
-            if not exact:
-                approx += 1
-                m = model_match(tok, item.named_model())
-                approx_models["unknown" if m is None else "own" if m else "other"] += 1
+            tally.begin_request(exact, None if exact else model_match(tok, item.named_model()))
             seg = item.request.segment
+            stream = stream_of(item.request) if stream_of is not None else ""
             for r in runners:
                 if r.probabilistic and (item.request.temperature or 0) > 0:
                     if resp.top_logprobs is None:
-                        skipped[f"{r.spec.label}: no target logprobs for probabilistic drafting"] += 1
+                        tally.skip(f"{r.spec.label}: no target logprobs for probabilistic drafting")
                         continue
                     alphas = r.alphas(item, prompt, out)
                     for k in r.ks:
-                        for key in (("", r.spec.label, k), (seg, r.spec.label, k)):
-                            paccs.setdefault(key, ProbabilisticAccumulator(r.spec.label, k)).add(alphas)
+                        tally.add_alphas(seg, r.spec.label, k, alphas)
                     continue
-                for k, trace in r.run(item, prompt, out).items():
-                    row = RequestAcceptance.from_trace(trace, item.request.id, seg, r.spec.label, k, len(out), exact)
-                    for key in (("", r.spec.label, k), (seg, r.spec.label, k)):
-                        if key not in accs:
-                            accs[key] = AcceptanceAccumulator(r.spec.label, k)
-                        accs[key].add(row)
-                    if sink is not None:
-                        sink.write(row.model_dump_json() + "\n")
-            n += 1
-            if sink is not None:
-                sink.flush()
+                for k, trace in r.run(item, prompt, out, stream).items():
+                    tally.add(RequestAcceptance.from_trace(trace, item.request.id, seg, r.spec.label, k, len(out), exact))
+            n = tally.end_request()
             if on_request is not None:
                 on_request(n)
     finally:
-        if sink is not None:
-            sink.close()
-    if report.skipped:
-        skipped["invalid (skipped)"] += report.skipped
-    notes = []
-    if approx:
-        whose = []
-        if approx_models["own"]:
-            whose.append(f"{approx_models['own']} name its model")
-        if approx_models["other"]:
-            whose.append(f"{approx_models['other']} name another model: its ids are not their model's, so their "
-                         "acceptance says little")
-        if approx_models["unknown"]:
-            whose.append(f"{approx_models['unknown']} name no model, so whether it is their model's tokenizer is unknown")
-        notes.append(f"{approx} request(s) had no logged token ids: re-tokenised with {describe_tokenizer(tok)} "
-                     f"({'; '.join(whose)}); acceptance APPROXIMATE — log token ids (vLLM return_token_ids) for exact figures")
-    if n == 0:
-        notes.append("no request had a logged response with output: nothing to replay")
-    segments = sorted({seg for seg, _, _ in accs if seg})
-    return SimulateResult(
-        tokenizer=tok.name, exact=approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
-        overall=_segment("", accs, labels, cfg, profiles),
-        segments={s: _segment(s, accs, labels, cfg, profiles) for s in segments},
-        requests_replayed=n, skipped=dict(skipped), notes=notes,
-        probabilistic=_probabilistic(paccs),
-    )
+        tally.close()
+    if stream_of is not None:
+        tally.notes.append(stream_note(cfg.partition_by, specs))
+    return tally.result()
+
+
+def stream_note(partition_by: str | None, specs: Sequence[MethodSpec]) -> str:
+    ordered = [s.label for s in specs if stream_ordered(s.kind)]
+    what = ", ".join(ordered) if ordered else "no method here"
+    return (f"--partition-by {partition_by}: one cache per value of {partition_by} (as one server each), each "
+            f"replayed in arrival order ({what}); per-request methods do not depend on it")
 
 
 def _probabilistic(paccs: dict[tuple[str, str, int], ProbabilisticAccumulator]) -> dict[str, list[ProbabilisticSummary]]:
