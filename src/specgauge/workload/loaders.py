@@ -223,13 +223,8 @@ def segment_rule(spec: str | None) -> Callable[[Request], str] | None:
 # ---------------------------------------------------------------- main entry
 
 
-def iter_workload(
-    paths: Iterable[str | Path], options: LoadOptions | None = None, report: LoadReport | None = None
-) -> Iterator[WorkloadItem]:
-    """Yield every request of the given files, in file order."""
-    opts = options or LoadOptions()
-    rep = report if report is not None else LoadReport()
-    paths = [Path(p) for p in paths]
+def file_kinds(paths: list[Path], opts: LoadOptions) -> dict[Path, str]:
+    """Each file's format (``--format`` or detected); Batch API output files are ``batch-output``."""
     if not paths:
         raise WorkloadError("workload", "no workload files given")
     kinds = {p: (opts.format or detect_format(p, opts.max_line_bytes)) for p in paths}
@@ -239,6 +234,34 @@ def iter_workload(
     outputs = [p for p, k in kinds.items() if k == "batch-output"]
     if outputs and not any(k == "batch" for k in kinds.values()):
         raise WorkloadError(str(outputs[0]), "a Batch API output file needs its input file too (pass both)")
+    return kinds
+
+
+def iter_file_items(
+    path: Path, kind: str, options: LoadOptions, report: LoadReport, batch_outputs: Iterable[Path] = ()
+) -> Iterator[WorkloadItem]:
+    """One file's items in file order, for readers that take files in parallel (``specgauge.scale``):
+    ``kind`` from ``file_kinds``; no segment rule, no duplicate-id check across files, no limit (the
+    caller applies those in workload order). Bad records raise or, with ``skip_invalid``, go to
+    ``report`` as ``iter_workload`` does."""
+    outputs = list(batch_outputs)
+    index = _BatchOutputIndex(outputs) if outputs and kind == "batch" else None
+    try:
+        yield from _iter_file(path, kind, options, report, index)
+    finally:
+        if index is not None:
+            index.close()
+
+
+def iter_workload(
+    paths: Iterable[str | Path], options: LoadOptions | None = None, report: LoadReport | None = None
+) -> Iterator[WorkloadItem]:
+    """Yield every request of the given files, in file order."""
+    opts = options or LoadOptions()
+    rep = report if report is not None else LoadReport()
+    paths = [Path(p) for p in paths]
+    kinds = file_kinds(paths, opts)
+    outputs = [p for p, k in kinds.items() if k == "batch-output"]
     index = _BatchOutputIndex(outputs) if outputs else None
     seg = segment_rule(opts.segment_by)
     seen: dict[str, str] = {}
