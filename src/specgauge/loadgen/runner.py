@@ -80,6 +80,9 @@ class _Stream:
     done: bool = False
 
 
+StreamState = _Stream  #: public name: the canary proxy fills one per proxied response
+
+
 def _output_of(choices: list[Any], st: _Stream) -> bool:
     """Appends this event's text; True when it carried output (text, reasoning or tool calls)."""
     has = False
@@ -153,6 +156,110 @@ def _error_message(obj: dict[str, Any]) -> str:
     return str(err)[:300]
 
 
+def apply_events(events: list[SSEEvent], t: float, st: _Stream, status: int,
+                 cumulative: Callable[[dict[str, Any]], int | None]) -> None:
+    """Applies stream events that arrived together at ``t`` (s after send) to ``st``; raises
+    ``RequestFailed`` on an event that is not JSON or carries an error. The hot loop: one JSON
+    decode per event, the rest dict lookups. ``cumulative`` is the dialect's token counter."""
+    for ev in events:
+        if st.done:
+            continue
+        payload = ev.data
+        if payload == "[DONE]":
+            st.done = True
+            continue
+        try:
+            try:
+                obj, end = _raw_decode(payload)  # json.loads minus its two whitespace regexes
+            except ValueError:
+                obj, end = json.loads(payload), len(payload)  # leading whitespace, or the real error
+            if end != len(payload) and payload[end:].strip():
+                raise ValueError("extra data after the JSON value")
+        except ValueError:
+            raise RequestFailed(FailureKind.invalid_json, f"SSE data is not JSON: {payload[:80]!r}", status) from None
+        if type(obj) is not dict:
+            raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", status)
+        choices = obj.get("choices")
+        if "error" in obj and not choices:
+            raise RequestFailed(FailureKind.error_payload, _error_message(obj), status)
+        has_out = _output_of(choices, st) if choices else False
+        cum = cumulative(obj)
+        n = -1
+        if cum is not None and (choices or st.counted_by is not None):  # a lone final total is no chunk
+            n = cum - st.prev_cum
+            st.prev_cum = cum
+            if st.counted_by is None:
+                st.counted_by = TokenCountSource.timings if "timings" in obj and "usage" not in obj else TokenCountSource.usage
+        if has_out or n > 0:
+            st.times.append(t)
+            st.counts.append(n)
+        if not choices or st.finish_reason is not None:  # terminal events carry usage and the extras
+            if type(obj.get("usage")) is dict:
+                st.final_usage = True
+            final = st.final
+            for k in _FINAL_KEYS:
+                v = obj.get(k)
+                if v is not None:
+                    final[k] = v
+            if choices and "meta_info" in payload:
+                final["choices"] = choices
+        elif "usage" in obj:
+            st.final["usage"] = obj["usage"]  # per-chunk usage: the latest totals
+
+
+def classify_failure(e: BaseException, timeout: float) -> tuple[FailureKind, str, int | None]:
+    """(kind, message, HTTP status) for an exception met while sending one request and reading its
+    response; ``timeout`` is the whole-request limit a ``TimeoutError`` means."""
+    if isinstance(e, RequestFailed):
+        return e.kind, e.message, e.status
+    if isinstance(e, TimeoutError):
+        return FailureKind.timeout, f"no complete response within {timeout:g} s", None
+    if isinstance(e, MalformedSSE):
+        return FailureKind.malformed_sse, str(e), None
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return FailureKind.connection_error, f"cannot connect: {e}", None
+    if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError)):
+        return FailureKind.connection_reset, f"connection closed mid-response: {type(e).__name__}: {e}", None
+    if isinstance(e, aiohttp.ClientResponseError):
+        return FailureKind.malformed_sse, f"bad HTTP response: {e.message}", e.status
+    return FailureKind.connection_error, f"{type(e).__name__}: {e}", None
+
+
+def stream_record(st: _Stream, dialect: Dialect, *, failure: FailureKind | None, error: str | None,
+                  http_status: int | None, e2e_s: float | None, elapsed_s: float, **ids: Any) -> RequestRecord:
+    """The ``RequestRecord`` of one response as ``st`` saw it. ``ids``: id, segment, index,
+    scheduled_s, sent_s, ready_s, started_at."""
+    usage = st.final.get("usage") if isinstance(st.final.get("usage"), dict) else {}
+    out_tokens = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
+    source = _assign_counts(st, out_tokens) if failure is None else (st.counted_by or TokenCountSource.none)
+    chunks = [Chunk(t, n if n > 0 else 0) for t, n in zip(st.times, st.counts)]
+    spec: SpecCounts | None = None
+    extra: dict[str, Any] = {}
+    if st.final:
+        spec = dialect.request_spec(st.final)
+        extra = dialect.request_extra(st.final)
+    if st.retried:
+        extra["retried_stale_connection"] = True
+    return RequestRecord.model_construct(  # every value is built here, typed; validating 1000s of chunks costs more than the rest
+        **ids,
+        ok=failure is None,
+        failure=failure,
+        error=error,
+        http_status=http_status,
+        ttft_s=st.times[0] if st.times else None,
+        e2e_s=e2e_s,
+        elapsed_s=elapsed_s,
+        chunks=chunks,
+        token_counts=source,
+        prompt_tokens=usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
+        output_tokens=out_tokens,
+        finish_reason=st.finish_reason,
+        text="".join(st.text),
+        spec=spec,
+        extra=extra,
+    )
+
+
 class Runner:
     """Sends planned requests and reports a ``RequestRecord`` for each as it finishes."""
 
@@ -219,53 +326,7 @@ class Runner:
             return await self.session.post(url, json=body, headers=headers)
 
     def _events(self, events: list[SSEEvent], t: float, st: _Stream, status: int) -> None:
-        """Applies stream events that arrived together at ``t`` (s after send). The hot loop:
-        one JSON decode per event, the rest dict lookups."""
-        cumulative = self.dialect.cumulative_tokens
-        for ev in events:
-            if st.done:
-                continue
-            payload = ev.data
-            if payload == "[DONE]":
-                st.done = True
-                continue
-            try:
-                try:
-                    obj, end = _raw_decode(payload)  # json.loads minus its two whitespace regexes
-                except ValueError:
-                    obj, end = json.loads(payload), len(payload)  # leading whitespace, or the real error
-                if end != len(payload) and payload[end:].strip():
-                    raise ValueError("extra data after the JSON value")
-            except ValueError:
-                raise RequestFailed(FailureKind.invalid_json, f"SSE data is not JSON: {payload[:80]!r}", status) from None
-            if type(obj) is not dict:
-                raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", status)
-            choices = obj.get("choices")
-            if "error" in obj and not choices:
-                raise RequestFailed(FailureKind.error_payload, _error_message(obj), status)
-            has_out = _output_of(choices, st) if choices else False
-            cum = cumulative(obj)
-            n = -1
-            if cum is not None and (choices or st.counted_by is not None):  # a lone final total is no chunk
-                n = cum - st.prev_cum
-                st.prev_cum = cum
-                if st.counted_by is None:
-                    st.counted_by = TokenCountSource.timings if "timings" in obj and "usage" not in obj else TokenCountSource.usage
-            if has_out or n > 0:
-                st.times.append(t)
-                st.counts.append(n)
-            if not choices or st.finish_reason is not None:  # terminal events carry usage and the extras
-                if type(obj.get("usage")) is dict:
-                    st.final_usage = True
-                final = st.final
-                for k in _FINAL_KEYS:
-                    v = obj.get(k)
-                    if v is not None:
-                        final[k] = v
-                if choices and "meta_info" in payload:
-                    final["choices"] = choices
-            elif "usage" in obj:
-                st.final["usage"] = obj["usage"]  # per-chunk usage: the latest totals
+        apply_events(events, t, st, status, self.dialect.cumulative_tokens)
 
     async def send(self, req: Request, index: int, scheduled_s: float) -> RequestRecord:
         """Waits for a slot, sends, classifies. Never raises except on cancellation."""
@@ -291,56 +352,12 @@ class Runner:
             async with asyncio.timeout(self.s.timeout):
                 status, _ = await self._stream(req, st, sent)
             e2e = time.perf_counter() - sent
-        except RequestFailed as f:
-            failure, error, status = f.kind, f.message, f.status
-        except TimeoutError:
-            failure, error = FailureKind.timeout, f"no complete response within {self.s.timeout:g} s"
-        except MalformedSSE as e:
-            failure, error = FailureKind.malformed_sse, str(e)
-        except aiohttp.ClientConnectorError as e:
-            failure, error = FailureKind.connection_error, f"cannot connect: {e}"
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as e:
-            failure, error = FailureKind.connection_reset, f"connection closed mid-response: {type(e).__name__}: {e}"
-        except aiohttp.ClientResponseError as e:
-            failure, error, status = FailureKind.malformed_sse, f"bad HTTP response: {e.message}", e.status
-        except aiohttp.ClientError as e:
-            failure, error = FailureKind.connection_error, f"{type(e).__name__}: {e}"
+        except (RequestFailed, TimeoutError, MalformedSSE, aiohttp.ClientError, ConnectionError) as e:
+            failure, error, status = classify_failure(e, self.s.timeout)
         elapsed = time.perf_counter() - sent
-        usage = st.final.get("usage") if isinstance(st.final.get("usage"), dict) else {}
-        out_tokens = usage.get("completion_tokens") if isinstance(usage.get("completion_tokens"), int) else None
-        source = _assign_counts(st, out_tokens) if failure is None else (st.counted_by or TokenCountSource.none)
-        chunks = [Chunk(t, n if n > 0 else 0) for t, n in zip(st.times, st.counts)]
-        spec: SpecCounts | None = None
-        extra: dict[str, Any] = {}
-        if st.final:
-            spec = self.dialect.request_spec(st.final)
-            extra = self.dialect.request_extra(st.final)
-        if st.retried:
-            extra["retried_stale_connection"] = True
-        rec = RequestRecord.model_construct(  # every value is built here, typed; validating 1000s of chunks costs more than the rest
-            id=req.id,
-            segment=req.segment,
-            index=index,
-            scheduled_s=scheduled_s,
-            sent_s=sent_s,
-            ready_s=ready_s,
-            started_at=started_at,
-            ok=failure is None,
-            failure=failure,
-            error=error,
-            http_status=status,
-            ttft_s=st.times[0] if st.times else None,
-            e2e_s=e2e,
-            elapsed_s=elapsed,
-            chunks=chunks,
-            token_counts=source,
-            prompt_tokens=usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None,
-            output_tokens=out_tokens,
-            finish_reason=st.finish_reason,
-            text="".join(st.text),
-            spec=spec,
-            extra=extra,
-        )
+        rec = stream_record(st, self.dialect, id=req.id, segment=req.segment, index=index, scheduled_s=scheduled_s,
+                            sent_s=sent_s, ready_s=ready_s, started_at=started_at, failure=failure, error=error,
+                            http_status=status, e2e_s=e2e, elapsed_s=elapsed)
         if self.on_record is not None:
             self.on_record(rec)
         return rec
