@@ -112,7 +112,7 @@ def render_comparison(r: ComparisonResult, console: Console, mismatches: int = 5
             pos = " ".join(f"{x:.2f}" for x in o.acceptance.per_position)
             console.print(f"candidate acceptance: rate {_f(o.acceptance.acceptance_rate, '{:.1%}')}, MAL "
                           f"{_f(o.acceptance.mean_acceptance_length, '{:.2f}')}, per position {pos or '–'} "
-                          f"({o.acceptance.requests_with_counts} requests with counts)", highlight=False)
+                          f"(from {escape(o.acceptance.basis())})", highlight=False)
         else:
             console.print(f"candidate acceptance: n/a ({escape(o.acceptance.reason or '')})", highlight=False)
         _render_equivalence(r, console, mismatches)

@@ -27,7 +27,6 @@ from pydantic import BaseModel, Field
 from specgauge.errors import UserError
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.simulate.run import SimulateResult
-from specgauge.stats.compare import AcceptanceStats
 from specgauge.stats.latency import per_token_itls, tpot
 from specgauge.stats.verdict import ComparisonResult
 from specgauge.workload.profile import WorkloadProfile
@@ -71,6 +70,9 @@ class RunRow(BaseModel):
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     per_position: list[float] = Field(default_factory=list)
+    #: where the acceptance came from: "per-request" counts or the run's /metrics "counters" diff
+    acceptance_origin: str | None = None
+    acceptance_note: str | None = None  #: the source in words, or why there is none
 
 
 class Sample(BaseModel):
@@ -126,13 +128,14 @@ def run_row(run: LoadedRun) -> RunRow:
     e2e = [r.e2e_s * 1000 for r in ok if r.e2e_s is not None]
     tp = [t * 1000 for r in ok if (t := tpot(r)) is not None]
     itl = [x * 1000 for r in ok for x in per_token_itls(r.chunks)]
-    acc = AcceptanceStats.of(run.records)
+    acc = run.acceptance()
     return RunRow(
         label=run.label, path=str(run.path), speculative=run.speculative, max_concurrency=run.max_concurrency,
         requests=len(run.records), failed=len(run.records) - len(ok), output_throughput=_throughput(run),
         ttft_p50_ms=_pct(ttft, 50), ttft_p95_ms=_pct(ttft, 95), tpot_p50_ms=_pct(tp, 50), tpot_p95_ms=_pct(tp, 95),
         itl_p50_ms=_pct(itl, 50), itl_p95_ms=_pct(itl, 95), e2e_p50_ms=_pct(e2e, 50), e2e_p95_ms=_pct(e2e, 95),
         acceptance_rate=acc.acceptance_rate, mean_acceptance_length=acc.mean_acceptance_length, per_position=acc.per_position,
+        acceptance_origin=acc.origin, acceptance_note=acc.basis() if acc.available else acc.reason,
     )
 
 
@@ -247,8 +250,9 @@ def acceptance_figures(data: ReportData) -> dict[str, str]:
                                          name=_label(f"{label}: {s.method} k={s.k} (simulated)")))
     for row in data.runs:
         if row.per_position:
+            how = "measured, /metrics diff" if row.acceptance_origin == "counters" else "measured"
             pos.add_trace(go.Scatter(x=list(range(len(row.per_position))), y=row.per_position, mode="lines+markers",
-                                     name=_label(f"{row.label} (measured)"), line={"dash": "dot"}))
+                                     name=_label(f"{row.label} ({how})"), line={"dash": "dot"}))
     if pos.data:
         pos.update_layout(title="Acceptance per draft position", xaxis_title="draft position", yaxis_title="acceptance rate",
                           yaxis_range=[0, 1.02])

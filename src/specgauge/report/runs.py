@@ -20,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specgauge.errors import UserError
 from specgauge.paths import resolve_portable
-from specgauge.records import RequestRecord, ResultsFile
+from specgauge.records import RequestRecord, ResultsFile, SpecCounts
 from specgauge.simulate.run import SimulateResult
-from specgauge.stats.compare import CompareConfig, compare_simulations
+from specgauge.stats.compare import AcceptanceStats, CompareConfig, compare_simulations
+from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.verdict import ComparisonResult, RunInfo, VerdictCriteria, decide, decide_simulations
 from specgauge.workload.profile import WorkloadProfile
@@ -70,7 +71,32 @@ class LoadedRun(BaseModel):
             return True
         if self.summary is not None:
             return bool(self.summary.get("spec_decode_draft_tokens"))
+        counters, _ = self.counters()
+        if counters is not None:
+            return bool(counters.draft_tokens)
+        sessions = (self.run or {}).get("sessions") or []
+        if sessions and all("counter_spec" in s for s in sessions):
+            return False  # /metrics was read before and after every session and showed no speculative counter
         return None
+
+    def counters(self) -> tuple[SpecCounts | None, str]:
+        """The run's speculative counters from the /metrics diff: summed over run.json's sessions,
+        else summary.json's copy; None with the reason when neither has them."""
+        sessions = (self.run or {}).get("sessions")
+        if sessions:
+            return counter_total(sessions)
+        block = (((self.summary or {}).get("specgauge") or {}).get("acceptance") or {}).get("counters") or {}
+        if block.get("available"):
+            return SpecCounts.from_numbers(block.get("drafts"), block.get("draft_tokens"), block.get("accepted_tokens"),
+                                           block.get("accepted_per_pos"), block.get("source") or ""), ""
+        if block:
+            return None, str(block.get("reason") or "no counters")
+        return None, "no run.json sessions or summary.json counters beside the records"
+
+    def acceptance(self) -> AcceptanceStats:
+        """Per-request counts when the records have them, else the /metrics diff (``origin`` says which)."""
+        counters, why = self.counters() if self.kind in ("bench", "results") else (None, "")
+        return AcceptanceStats.of(self.records, counters, why)
 
     def info(self) -> RunInfo:
         return RunInfo(label=self.label, path=str(self.path), kind=self.kind, requests=len(self.records) or None,
@@ -193,6 +219,7 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
     src = "the workload named in run.json" if temps else ""
     scorer = (req.scorer, load_scorer(req.scorer)) if req.scorer else None
     res = decide(b.records, c.records, b.info(), c.info(), req.config, req.criteria,
-                 temperatures=temps, temperature=req.temperature, temperature_source=src, scorer=scorer)
+                 temperatures=temps, temperature=req.temperature, temperature_source=src, scorer=scorer,
+                 candidate_counters=c.counters()[0])
     res.notes = b.notes + c.notes + res.notes
     return res

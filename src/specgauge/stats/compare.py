@@ -14,7 +14,8 @@ Figures, candidate against baseline, per segment and overall:
   both durations are known.
 - TTFT / TPOT / E2E at p50 and p95: candidate − baseline in ms (negative = candidate faster).
 - failure rate: candidate − baseline, over the requests each run sent (paired by id where possible).
-- the candidate's acceptance (rate, MAL, per position) from its per-request speculative counts.
+- the candidate's acceptance (rate, MAL, per position) from its per-request speculative counts, or,
+  when the server gave none, from the run's /metrics counter diff (overall only; ``origin`` says which).
 CIs: percentile bootstrap, ``resamples`` ≥ 2000 index sets drawn with numpy's seeded generator,
 the same index set applied to both sides of a pair (paired bootstrap), vectorised in blocks.
 """
@@ -74,11 +75,14 @@ class MetricDelta(BaseModel):
 
 
 class AcceptanceStats(BaseModel):
-    """The candidate's draft acceptance (vLLM's definitions), summed over its successful requests."""
+    """The candidate's draft acceptance (vLLM's definitions): the sum of its successful requests'
+    per-request counts when the server gave them, else the run's ``/metrics`` counter diff (vLLM
+    without ``--per-request-spec-decode-metrics``, the common case). ``origin`` says which."""
 
     available: bool
     reason: str | None = None
-    source: str | None = None
+    source: str | None = None  #: the server's source label, e.g. "vllm:per-request", "vllm:/metrics"
+    origin: Literal["per-request", "counters"] | None = None
     requests_with_counts: int = 0
     drafts: int | None = None
     draft_tokens: int | None = None
@@ -88,24 +92,44 @@ class AcceptanceStats(BaseModel):
     per_position: list[float] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, records: Sequence[RequestRecord]) -> AcceptanceStats:
+    def of(cls, records: Sequence[RequestRecord], counters: SpecCounts | None = None,
+           counters_reason: str | None = None) -> AcceptanceStats:
+        """Per-request counts first; else ``counters`` (the run's /metrics diff, when it drafted)."""
         ok = [r for r in records if r.ok]
         specs = [r.spec for r in ok if r.spec is not None]
-        if not specs:
-            why = "no successful request" if not ok else "no per-request speculative counts (speculation off, or not exposed)"
-            return cls(available=False, reason=why)
-        return cls.from_counts(SpecCounts.total(specs), len(specs))  # type: ignore[arg-type]
+        if specs:
+            return cls.from_counts(SpecCounts.total(specs), len(specs))  # type: ignore[arg-type]
+        if counters is not None and counters.draft_tokens:
+            return cls.from_counts(counters, 0, origin="counters")
+        if not ok:
+            return cls(available=False, reason="no successful request")
+        why = "no per-request speculative counts"
+        if counters is not None:
+            why += " and the /metrics counters show no draft token (speculation off?)"
+        elif counters_reason:
+            why += f"; no /metrics counters either: {counters_reason}"
+        else:
+            why += " (speculation off, or not exposed)"
+        return cls(available=False, reason=why)
 
     @classmethod
-    def from_counts(cls, s: SpecCounts, n: int) -> AcceptanceStats:
+    def from_counts(cls, s: SpecCounts, n: int, origin: Literal["per-request", "counters"] = "per-request") -> AcceptanceStats:
         def fin(v: float) -> float | None:
             return None if math.isnan(v) else v
 
         return cls(
-            available=True, source=s.source or None, requests_with_counts=n, drafts=s.drafts,
+            available=True, source=s.source or None, origin=origin, requests_with_counts=n, drafts=s.drafts,
             draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens, acceptance_rate=fin(s.acceptance_rate),
             mean_acceptance_length=fin(s.mean_acceptance_length), per_position=s.per_position_rate,
         )
+
+    def basis(self) -> str:
+        """Where the figure came from, in words."""
+        if not self.available:
+            return "n/a"
+        if self.origin == "counters":
+            return f"the run's /metrics counter diff{f' ({self.source})' if self.source else ''}"
+        return f"per-request counts of {self.requests_with_counts} request(s){f' ({self.source})' if self.source else ''}"
 
 
 class GroupComparison(BaseModel):
@@ -238,8 +262,11 @@ def compare_group(
     candidate: Sequence[RequestRecord],
     cfg: CompareConfig,
     durations: tuple[float | None, float | None] = (None, None),
+    candidate_counters: SpecCounts | None = None,
 ) -> GroupComparison:
-    """Compare one group. ``durations`` (baseline, candidate) give the run-level throughput ratio."""
+    """Compare one group. ``durations`` (baseline, candidate) give the run-level throughput ratio;
+    ``candidate_counters`` (the candidate run's /metrics diff) give its acceptance when its records
+    carry no per-request counts."""
     bmap = {r.id: r for r in baseline}
     cmap = {r.id: r for r in candidate}
     common = [i for i in bmap if i in cmap]
@@ -313,7 +340,7 @@ def compare_group(
         speedup=speedup, measured_throughput_ratio=rb, latency=deltas,
         failure_rate_baseline=nb_fail / len(baseline) if baseline else None,
         failure_rate_candidate=nc_fail / len(candidate) if candidate else None,
-        failure_rate_diff=fdiff, acceptance=AcceptanceStats.of(candidate), notes=notes,
+        failure_rate_diff=fdiff, acceptance=AcceptanceStats.of(candidate, candidate_counters), notes=notes,
     )
 
 
@@ -345,12 +372,18 @@ def compare_records(
     candidate: Sequence[RequestRecord],
     cfg: CompareConfig | None = None,
     durations: tuple[float | None, float | None] = (None, None),
+    candidate_counters: SpecCounts | None = None,
 ) -> tuple[GroupComparison, dict[str, GroupComparison]]:
-    """Overall and per-segment comparisons (segments only when there is more than one)."""
+    """Overall and per-segment comparisons (segments only when there is more than one). The
+    candidate's /metrics diff covers the whole run: it fills the overall acceptance only."""
     cfg = cfg or CompareConfig()
-    overall = compare_group("overall", baseline, candidate, cfg, durations)
+    overall = compare_group("overall", baseline, candidate, cfg, durations, candidate_counters)
     segs = segments_of(baseline, candidate)
     per = {} if len(segs) <= 1 else {s: compare_group(s, b, c, cfg) for s, (b, c) in segs.items()}
+    if overall.acceptance.origin == "counters":
+        for g in per.values():
+            if not g.acceptance.available:
+                g.acceptance.reason = "the server gave run-level /metrics counters only: no per-segment acceptance"
     return overall, per
 
 

@@ -34,7 +34,7 @@ def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def _counter_total(sessions: Sequence[dict[str, Any]]) -> tuple[SpecCounts | None, str]:
+def counter_total(sessions: Sequence[dict[str, Any]]) -> tuple[SpecCounts | None, str]:
     """The counter diffs summed over sessions; None (with why) unless every session has one."""
     if not sessions:
         return None, "no session ran"
@@ -61,7 +61,7 @@ def summarize(
     m = latency_metrics(records, dur, pcts, goodput or None)
     s: dict[str, Any] = _vllm_keys(m, config, percentiles, selected, goodput)
     per_req_acc = acceptance_summary(records, pcts)
-    counters, counters_why = _counter_total(sessions)
+    counters, counters_why = counter_total(sessions)
     per_req_total = SpecCounts.total([r.spec for r in records if r.ok and r.spec is not None])
     spec_src = counters or per_req_total
     if spec_src is not None and spec_src.draft_tokens:

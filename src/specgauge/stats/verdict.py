@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
-from specgauge.records import RequestRecord
+from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.compare import (
     LATENCY_METRICS, LATENCY_STATS, CompareConfig, GroupComparison, SimulationDelta, compare_records, segments_of,
 )
@@ -281,12 +281,15 @@ def decide(
     temperature: float | None = None,
     temperature_source: str = "",
     scorer: tuple[str, Scorer] | None = None,
+    candidate_counters: SpecCounts | None = None,
 ) -> ComparisonResult:
-    """Compare two bench runs, check output equivalence, and judge: overall and per segment."""
+    """Compare two bench runs, check output equivalence, and judge: overall and per segment.
+    ``candidate_counters``: the candidate run's /metrics diff, its acceptance when the records have none."""
     cfg = cfg or CompareConfig()
     crit = criteria or VerdictCriteria()
     metric_key(crit.latency_metric, "--latency-metric")
-    overall, per = compare_records(baseline, candidate, cfg, (baseline_info.duration_s, candidate_info.duration_s))
+    overall, per = compare_records(baseline, candidate, cfg, (baseline_info.duration_s, candidate_info.duration_s),
+                                   candidate_counters)
 
     def eq(b: Sequence[RequestRecord], c: Sequence[RequestRecord]) -> EquivalenceResult:
         cm = {r.id: r for r in c}
