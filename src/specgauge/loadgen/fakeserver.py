@@ -3,7 +3,9 @@
 Raw asyncio sockets (no framework) so it can misbehave exactly: drop a connection mid-chunk, end
 a body without ``[DONE]``, stall, send bytes that are not SSE or not JSON, never end. Each request
 picks its behaviour from a directive in its prompt (last message for chat), e.g.
-``"fault:http429"`` or ``"tokens:12 per:3 delay_ms:1"``. A well-behaved stream looks like vLLM's
+``"fault:http429"`` or ``"tokens:12 per:3 delay_ms:1"``; ``srv.override`` (same syntax, settable
+while it runs) overrides every request's directive, to make a running server fail or slow down
+(``fault:hang`` never answers; ``first_ms:N`` delays the first chunk). A well-behaved stream looks like vLLM's
 with ``continuous_usage_stats`` and ``--per-request-spec-decode-metrics``: every chunk of n tokens
 is one speculative step of k=``K`` drafted tokens with n-1 accepted, and ``/metrics`` exposes
 ``vllm:spec_decode_*`` counters that add up exactly those per-request numbers.
@@ -25,7 +27,7 @@ import threading
 from typing import Any
 
 K = 4
-FAULTS = ("http429", "http500", "drop", "cut", "stall", "malformed", "badjson", "endless", "error", "nousage")
+FAULTS = ("http429", "http500", "drop", "cut", "stall", "malformed", "badjson", "endless", "error", "nousage", "hang")
 
 
 def parse_directive(text: str) -> dict[str, str]:
@@ -43,6 +45,7 @@ class FakeServer:
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "success": 0, "gen": 0}
         self.per_pos = [0] * K
         self.requests = 0
+        self.override = ""  #: a directive applied on top of every request's own (fault injection mid-run)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -144,7 +147,7 @@ class FakeServer:
         req = json.loads(body or b"{}")
         chat = path.endswith("chat/completions")
         prompt = req["messages"][-1]["content"] if chat else str(req.get("prompt", ""))
-        d = parse_directive(prompt if isinstance(prompt, str) else "")
+        d = {**parse_directive(prompt if isinstance(prompt, str) else ""), **parse_directive(self.override)}
         return await self._stream(w, d, chat)
 
     # -- streaming ----------------------------------------------------------------------------
@@ -154,6 +157,8 @@ class FakeServer:
             return await self._plain(w, 429, b'{"error":{"message":"rate limited"}}')
         if fault == "http500":
             return await self._plain(w, 500, b"Internal Server Error")
+        if fault == "hang":
+            await asyncio.sleep(3600)
         tokens, per = int(d.get("tokens", 8)), max(1, int(d.get("per", 1)))
         delay = float(d.get("delay_ms", 0)) / 1000.0
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -190,6 +195,8 @@ class FakeServer:
         sent = 0
         steps: list[int] = []
         first = True
+        if d.get("first_ms"):
+            await asyncio.sleep(float(d["first_ms"]) / 1000.0)
         while sent < tokens or fault == "endless":
             n = 1 if first else min(per, tokens - sent) if fault != "endless" else per
             first = False
