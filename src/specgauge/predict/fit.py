@@ -1,13 +1,237 @@
-"""Fit a step-cost law from bench output directories."""
+"""Fit the step-cost law from bench output directories (``fit_profile``).
+
+Rows come from ``observe`` (one per request's decode window, one per TTFT on an idle server). The law
+is linear in its parameters, so each verification shape is one non-negative least-squares problem
+(``scipy.optimize.nnls``), rows weighted by 1/√steps (a decode window's error is mostly its two end
+timestamps). One robust pass drops rows far off the first fit (a request hit by a stall on a shared
+machine), then both shapes are compared on the rows both kept and the smaller residual wins.
+Uncertainty: refits on requests resampled within each run (bootstrap), kept in the profile.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as _dt
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from specgauge.predict.profile import StepCostProfile
+import numpy as np
+from scipy.optimize import nnls
+
+from specgauge import __version__
+from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params
+from specgauge.predict.observe import RunData, Rows, build_rows, load_run, replay_check
+from specgauge.predict.profile import MeasuredRange, StepCostProfile
+from specgauge.predict.types import CellSpec, ProfileError
+
+ELL = "ell"
 
 
-def fit_profile(run_dirs: Sequence[Path], **kwargs: object) -> StepCostProfile:
-    """Fit the step-cost law of the server the runs were measured on (work in progress)."""
-    raise NotImplementedError("fit_profile is being written (issue 9)")
+def _design(rows: Sequence[Rows], shape: str, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """X (rows × names), y, weights, steps — one row per request window / idle TTFT."""
+    X, y, w, st = [], [], [], []
+    ell_col = names.index(ELL)
+    for r in rows:
+        for kind, yy, s, tab in zip(r.kind, r.y, r.steps, r.tables, strict=True):
+            x = tab.features(shape, names).sum(axis=0)
+            if kind == "ttft":
+                x[ell_col] = 1.0
+            X.append(x)
+            y.append(yy)
+            w.append(1.0 / np.sqrt(s))
+            st.append(s)
+    return np.asarray(X, dtype=float), np.asarray(y), np.asarray(w), np.asarray(st, dtype=float)
+
+
+def solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted non-negative least squares with column scaling (the columns differ by 10^6)."""
+    Xw = X * w[:, None]
+    scale = np.linalg.norm(Xw, axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(Xw / scale, y * w, maxiter=50 * X.shape[1])
+    return coef / scale
+
+
+def _robust_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray, trim: float) -> tuple[np.ndarray, np.ndarray]:
+    coef = solve(X, y, w)
+    res = (y - X @ coef) * w
+    mad = 1.4826 * float(np.median(np.abs(res - np.median(res))))
+    keep = np.ones(len(y), dtype=bool)
+    if mad > 0:
+        keep = np.abs(res) <= trim * mad
+        if keep.sum() >= max(len(coef) + 1, int(0.8 * len(y))):
+            coef = solve(X[keep], y[keep], w[keep])
+        else:
+            keep[:] = True
+    return coef, keep
+
+
+def _sanitize(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A config fit for a results file: a draft model's directory by its name only."""
+    if not spec:
+        return spec
+    out = dict(spec)
+    if isinstance(out.get("model"), str) and ("/" in out["model"] or "\\" in out["model"]):
+        out["model"] = Path(out["model"]).name
+    return out
+
+
+def _workload_of(runs: Sequence[RunData]) -> list[Path] | None:
+    for rd in runs:
+        wl = (rd.run.get("config") or {}).get("workload")
+        if wl and all(Path(p).is_file() for p in wl):
+            return [Path(p) for p in wl]
+    return None
+
+
+def fit_profile(
+    run_dirs: Sequence[Path],
+    *,
+    cells: Mapping[str, CellSpec] | None = None,
+    workload: Sequence[Path] | None = None,
+    tokenizer: Any = None,
+    shape: str = "auto",
+    bootstrap: int = 200,
+    seed: int = 0,
+    trim: float = 5.0,
+) -> StepCostProfile:
+    """Fit the step-cost law of the server the runs measured.
+
+    ``run_dirs``: bench output directories, each a closed-loop run of one server config at one
+    concurrency (described by its ``cell.json``, or ``cells[dir name]``). ``workload``: the workload the
+    runs sent, with logged outputs, for the replay check and exact per-step drafts (default: the one
+    named in run.json, when it exists here). ``shape``: ``auto`` (fit both, keep the better),
+    ``flattened`` or ``padded``.
+    """
+    if not run_dirs:
+        raise ProfileError("no calibration runs given")
+    if shape not in ("auto", *SHAPES):
+        raise ProfileError(f"shape {shape!r}: expected auto, flattened or padded")
+    runs = [load_run(Path(d), (cells or {}).get(Path(d).name)) for d in run_dirs]
+    notes: list[str] = []
+    wl = list(workload) if workload else _workload_of(runs)
+    replay = None
+    if wl is not None:
+        from specgauge.predict.replay import WorkloadReplay
+
+        n = max(int((rd.run.get("config") or {}).get("num_prompts") or 0) for rd in runs) or None
+        try:
+            replay = WorkloadReplay(wl, tokenizer, n)
+        except ProfileError as e:
+            notes.append(f"no replay check: {e}")
+    else:
+        notes.append("no workload with logged outputs given: replayed acceptance not checked against the live counters")
+    all_rows: list[Rows] = []
+    checks: dict[str, dict[str, Any]] = {}
+    for rd in runs:
+        traces = replay.by_id(rd.cell.speculative_config) if replay is not None and rd.method is not None else None
+        rows, obs = build_rows(rd, traces)
+        if traces is not None:
+            checks[rd.name] = replay_check(rd, obs, traces)
+        if not rows.y:
+            notes.append(f"{rd.name}: no usable request ({', '.join(f'{k}: {v}' for k, v in rows.skipped.items()) or 'empty'})")
+            continue
+        if rows.skipped:
+            notes.append(f"{rd.name}: left out {sum(rows.skipped.values())} request(s): "
+                         + ", ".join(f"{k} ({v})" for k, v in rows.skipped.items()))
+        if rows.drafted_source.get("request mean"):
+            notes.append(f"{rd.name}: {rows.drafted_source['request mean']} request(s) without per-step drafts: "
+                         "their mean drafted tokens per step used (the padded shape's max is then approximate)")
+        all_rows.append(rows)
+    if not all_rows:
+        raise ProfileError("no calibration run had a request usable for the fit: " + "; ".join(notes))
+    methods = sorted({rd.method for rd in runs if rd.method is not None})
+    names = [*CORE, *(p for m in methods for p in drafter_params(m)), ELL]
+    n_ttft = sum(k == "ttft" for r in all_rows for k in r.kind)
+    if n_ttft == 0:
+        notes.append("no request found the server idle (calibrate at concurrency 1 too): HTTP round trip not measured")
+    concs = sorted({rd.cell.concurrency for rd in runs})
+    if all(c == concs[0] for c in concs):
+        notes.append(f"every run used concurrency {concs[0]}: the batch-size terms rest on ramp-up and tail only")
+
+    fits: dict[str, dict[str, Any]] = {}
+    for sh in SHAPES if shape == "auto" else (shape,):
+        X, y, w, st = _design(all_rows, sh, names)
+        coef, keep = _robust_fit(X, y, w, trim)
+        fits[sh] = {"coef": coef, "keep": keep, "X": X, "y": y, "w": w, "steps": st}
+    both = np.logical_and.reduce([f["keep"] for f in fits.values()])
+    for f in fits.values():
+        r = (f["y"] - f["X"] @ f["coef"]) * f["w"]
+        f["ssr"] = float((r[both] ** 2).sum())
+    chosen = min(fits, key=lambda s: fits[s]["ssr"])
+    if shape == "auto" and len(fits) == 2:
+        a, b = fits["flattened"]["ssr"], fits["padded"]["ssr"]
+        if abs(a - b) <= 1e-9 * max(a, b, 1e-30):
+            chosen = "flattened"
+            notes.append("no run told the verification shapes apart (no step with unequal proposals): flattened assumed")
+    f = fits[chosen]
+    coef, keep, X, y, w, st = f["coef"], f["keep"], f["X"], f["y"], f["w"], f["steps"]
+    params = {n: float(v) for n, v in zip(names, coef, strict=True)}
+
+    # bootstrap: resample requests within each run, refit on the kept rows
+    boot: list[list[float]] = []
+    if bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        run_of = np.concatenate([np.full(len(r.y), i) for i, r in enumerate(all_rows)])
+        groups = [np.flatnonzero((run_of == i) & keep) for i in range(len(all_rows))]
+        for _ in range(bootstrap):
+            idx = np.concatenate([rng.choice(g, size=len(g), replace=True) for g in groups if len(g)])
+            boot.append([float(v) for v in solve(X[idx], y[idx], w[idx])])
+
+    residuals = _residuals(all_rows, X, y, st, coef, keep)
+    residuals["shapes"] = {s: round(fits[s]["ssr"], 12) for s in fits}
+    tables = [t for r in all_rows for k, t in zip(r.kind, r.tables, strict=True) if k == "decode"]
+    allt = StepTable.concat(tables) if tables else None
+    measured = MeasuredRange(
+        max_tokens_per_forward=float(allt.n_forward(chosen).max()) if allt is not None and len(allt) else 0.0,
+        max_batch=float(allt.batch.max()) if allt is not None and len(allt) else 0.0,
+        concurrencies=concs,
+        methods={m: sorted({rd.k for rd in runs if rd.method == m}) for m in methods},
+    )
+    alternatives = {s: {"params": {n: float(v) for n, v in zip(names, fits[s]["coef"], strict=True)},
+                        "weighted_ssr": fits[s]["ssr"]} for s in fits if s != chosen}
+    for rd in runs:
+        gap = checks.get(rd.name, {}).get("gap")
+        if gap is not None and abs(gap) > 0.02:
+            notes.append(f"{rd.name}: the server's acceptance ({checks[rd.name]['live_acceptance']:.1%}) differs from the "
+                         f"replay ({checks[rd.name]['replayed_acceptance']:.1%}); predictions from replay will miss it")
+    server = runs[0].run.get("server") or {}
+    prov = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "specgauge_version": __version__,
+        "server": {k: v for k, v in server.items() if k not in ("base_url",)},
+        "dialect": runs[0].run.get("dialect"),
+        "model": server.get("model"),
+        "runs": [{"run": rd.name, "label": rd.cell.label, "speculative_config": _sanitize(rd.cell.speculative_config),
+                  "concurrency": rd.cell.concurrency, "requests": len(rd.records)} for rd in runs],
+        "max_batch": next((rd.max_batch for rd in runs if rd.max_batch), None),
+    }
+    return StepCostProfile(params=params, shape=chosen, alternatives=alternatives, param_names=names, bootstrap=boot,
+                           residuals=residuals, measured=measured, replay_checks=checks, provenance=prov, notes=notes)
+
+
+def _residuals(rows: Sequence[Rows], X: np.ndarray, y: np.ndarray, steps: np.ndarray, coef: np.ndarray,
+               keep: np.ndarray) -> dict[str, Any]:
+    pred = X @ coef
+    kinds = np.asarray([k for r in rows for k in r.kind])
+    dec = (kinds == "decode") & keep
+    out: dict[str, Any] = {"rows": int(len(y)), "rows_dropped_as_outliers": int((~keep).sum()),
+                           "ttft_rows": int((kinds == "ttft").sum())}
+    if dec.any():
+        err = (y[dec] - pred[dec]) / steps[dec]
+        mean_step = float(np.mean(y[dec] / steps[dec]))
+        rmse = float(np.sqrt(np.mean(err**2)))
+        out.update(step_rmse_ms=round(rmse * 1e3, 4), mean_step_ms=round(mean_step * 1e3, 4),
+                   relative_rmse=round(rmse / mean_step, 4) if mean_step > 0 else None)
+    per: dict[str, Any] = {}
+    i = 0
+    for r in rows:
+        n = len(r.y)
+        sl = slice(i, i + n)
+        m = dec[sl]
+        if m.any():
+            per[r.run] = {"decode_time_predicted_over_measured": round(float(pred[sl][m].sum() / y[sl][m].sum()), 4),
+                          "rows": int(m.sum())}
+        i += n
+    out["per_run"] = per
+    return out

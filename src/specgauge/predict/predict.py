@@ -1,16 +1,152 @@
-"""Predict per-cell figures from a profile and an offline replay of the workload."""
+"""Predict what ``specgauge compare`` will measure for each grid cell, from a fitted profile and replay.
+
+For each cell: the workload's logged outputs are replayed through the cell's drafter (exact per-step
+drafted / accepted tokens), the closed-loop bench is simulated at the cell's concurrency with the
+profile's law (``schedule``), and so is the baseline (no speculation) at the same concurrency. The
+speedup is compare's statistic over the same requests, (Σ tok_c / Σ e2e_c) / (Σ tok_b / Σ e2e_b).
+The band: the same two schedules timed with every bootstrap refit of the law (paired), 2.5–97.5 %.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from specgauge.predict.law import SHAPES, drafter_params, is_model_method, method_kind, param_vector
 from specgauge.predict.profile import StepCostProfile
+from specgauge.predict.replay import WorkloadReplay, resolve_spec
+from specgauge.predict.schedule import PlannedRequest, Schedule, simulate_schedule, timeline
 from specgauge.predict.types import CellPrediction, CellSpec
 
+StepFn = Callable[[int, int, int, int, int, int], float]
 
-def predict_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Sequence[CellSpec], *, tokenizer: Any = None,
-                  num_prompts: int | None = None, **kwargs: Any) -> list[CellPrediction]:
-    """Predicted figures per cell (work in progress)."""
-    raise NotImplementedError("predict_cells is being written (issue 9)")
+
+def step_function(params: dict[str, float], shape: str, method: str | None, k: int) -> StepFn:
+    """The law as a scalar function of one step (same formula as ``StepTable.features`` · params)."""
+    g = params.get
+    a, r, b, c, p, q = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q"))
+    m = method_kind(method)
+    model = is_model_method(method)
+    host = g(f"host[{m}]", 0.0) if m and not model else 0.0
+    ds, dr, dp = ((g(f"draft_step[{m}]", 0.0), g(f"draft_req[{m}]", 0.0), g(f"draft_prefill[{m}]", 0.0))
+                  if model else (0.0, 0.0, 0.0))
+    flat = shape == "flattened"
+
+    def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int) -> float:
+        nf = bs + dsum if flat else bs * (1 + dmax)
+        t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + host * bs + dp * ptok
+        if bs and model:
+            t += k * (ds + dr * bs)
+        return t
+
+    return step
+
+
+class _Side:
+    """One simulated run: its schedule and per-request times for the point law and every sample."""
+
+    def __init__(self, prof: StepCostProfile, reqs: Sequence[PlannedRequest], spec: dict[str, Any] | None,
+                 concurrency: int, max_batch: int | None, shape: str | None = None,
+                 params: dict[str, float] | None = None) -> None:
+        method, k, _ = resolve_spec(spec)
+        self.method, self.k, self.max_batch = method, k, max_batch
+        self.shape = shape or prof.shape
+        params = params or prof.params
+        ell = float(params.get("ell", 0.0))
+        self.sched: Schedule = simulate_schedule(reqs, concurrency, step_function(params, self.shape, method, k), ell,
+                                                 method, k, max_batch)
+        names = list(prof.param_names or params)
+        phi = self.sched.steps.features(self.shape, names)
+        point = param_vector(params, names)
+        self.send, self.ttft, self.e2e = timeline(self.sched, phi @ point, ell)
+        self.samples_e2e: np.ndarray | None = None
+        if prof.bootstrap and params is prof.params:
+            smp = prof.samples(names)
+            ell_s = smp[names.index("ell")] if "ell" in names else np.zeros(smp.shape[1])
+            _, _, self.samples_e2e = timeline(self.sched, phi @ smp, ell_s)
+        self.tokens = self.sched.output_tokens.astype(float)
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) * 1e3 if x.size else None
+
+
+def predict_cells(
+    profile: StepCostProfile,
+    workload: Sequence[Path],
+    cells: Sequence[CellSpec],
+    *,
+    tokenizer: Any = None,
+    num_prompts: int | None = None,
+    max_batch: int | None = None,
+    replay: WorkloadReplay | None = None,
+) -> list[CellPrediction]:
+    """Predicted figures per cell (same order). ``num_prompts`` as bench's (None: every request once);
+    ``max_batch``: the server's limit on running requests (None: the profile's, else unlimited);
+    ``replay``: a ``WorkloadReplay`` to share across calls (it caches traces per config)."""
+    replay = replay or WorkloadReplay(workload, tokenizer, num_prompts)
+    mb = max_batch if max_batch is not None else profile.provenance.get("max_batch")
+    base_reqs = replay.planned(None)
+    baselines: dict[int, _Side] = {}
+    out: list[CellPrediction] = []
+    for cell in cells:
+        c = cell.concurrency
+        if c not in baselines:
+            baselines[c] = _Side(profile, base_reqs, None, c, mb)
+        base = baselines[c]
+        reqs = replay.planned(cell.speculative_config)
+        side = base if not cell.speculative_config else _Side(profile, reqs, cell.speculative_config, c, mb)
+        out.append(_prediction(profile, cell, side, base, reqs, base_reqs, replay.notes))
+    return out
+
+
+def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side, reqs: Sequence[PlannedRequest],
+                base_reqs: Sequence[PlannedRequest], replay_notes: list[str]) -> CellPrediction:
+    notes = list(replay_notes)
+    method, k = side.method, side.k
+    for pname in drafter_params(method):
+        if pname not in prof.params:
+            notes.append(f"the drafter cost of {method} was not calibrated ({pname} taken as 0): calibrate with a {method} run")
+            break
+    tok = side.tokens
+    speedup = float((tok.sum() / side.e2e.sum()) / (base.tokens.sum() / base.e2e.sum()))
+    low = high = None
+    if side.samples_e2e is not None and base.samples_e2e is not None:
+        s = (tok.sum() / side.samples_e2e.sum(axis=0)) / (base.tokens.sum() / base.samples_e2e.sum(axis=0))
+        low, high = (float(x) for x in np.percentile(s, [2.5, 97.5]))
+    steps = side.sched.steps
+    dec = steps.batch > 0
+    nf = steps.n_forward(side.shape)[dec].astype(float)
+    extrapolated = bool(nf.size and np.percentile(nf, 90) > prof.measured.max_tokens_per_forward + 1e-9)
+    if extrapolated:
+        notes.append(f"extrapolated: {np.percentile(nf, 90):.0f} tokens per forward (90th percentile) against at most "
+                     f"{prof.measured.max_tokens_per_forward:.0f} measured in calibration; the band includes the "
+                     "other verification shape's prediction")
+        for other, alt in prof.alternatives.items():
+            if other in SHAPES and alt.get("params"):
+                o_side = _Side(prof, reqs, cell.speculative_config, cell.concurrency, side.max_batch, shape=other,
+                               params=alt["params"])
+                o_base = _Side(prof, base_reqs, None, cell.concurrency, side.max_batch, shape=other, params=alt["params"])
+                o = float((o_side.tokens.sum() / o_side.e2e.sum()) / (o_base.tokens.sum() / o_base.e2e.sum()))
+                low = min(low if low is not None else speedup, o, speedup)
+                high = max(high if high is not None else speedup, o, speedup)
+    if steps.batch.max(initial=0) > prof.measured.max_batch + 1e-9 and prof.measured.max_batch:
+        notes.append(f"batch up to {int(steps.batch.max())} against at most {prof.measured.max_batch:.0f} in calibration")
+    multi = side.tokens > 1
+    tpot = (side.e2e[multi] - side.ttft[multi]) / (side.tokens[multi] - 1)
+    span = float((side.send + side.e2e).max(initial=0.0))  # first send (t = 0) to the last response's end
+    dr = sum(int(r.drafted.sum()) for r in reqs) if method else 0
+    ac = sum(int(r.accepted.sum()) for r in reqs) if method else 0
+    drafts = sum(int((r.drafted > 0).sum()) for r in reqs) if method else 0
+    return CellPrediction(
+        label=cell.label, method=method, k=k, concurrency=cell.concurrency,
+        speedup=speedup, speedup_low=low, speedup_high=high,
+        tpot_ms=float(tpot.mean()) * 1e3 if tpot.size else None,
+        e2e_p50_ms=_pct(side.e2e, 50), e2e_p95_ms=_pct(side.e2e, 95), ttft_p95_ms=_pct(side.ttft, 95),
+        throughput_tok_s=float(side.tokens.sum() / span) if span > 0 else None,
+        acceptance_rate=ac / dr if dr else None, mean_acceptance_length=1 + ac / drafts if drafts else None,
+        tokens_per_forward=float(nf.mean()) if nf.size else None, extrapolated=extrapolated, notes=notes,
+    )

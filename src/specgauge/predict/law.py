@@ -1,0 +1,133 @@
+"""The step-cost law: time of one engine step as a linear function of what the step did.
+
+One engine step runs the target once over every request in the decode batch (with its draft tokens)
+and prefills the requests admitted at that step; a speculative server also runs its drafter. The law,
+linear in its parameters (seconds), all >= 0 (fitted with non-negative least squares):
+
+    T_step = a                              fixed cost of a step (scheduling, sampling, launch)
+           + r · B                          per request in the decode batch (host work, streaming)
+           + b · n_forward                  per token through the target's decode forward
+           + c · Σ context                  per context token of the decode batch (attention)
+           + p · prefill tokens + q · prefilled requests
+           + drafter(method)
+
+``n_forward`` is where verification shapes differ (the fit tells which one the server uses):
+
+* ``flattened`` (vLLM): Σ_requests (1 + drafted_i) — every request's own proposal, no padding;
+* ``padded`` (an engine that pads to the longest proposal): B · (1 + max_i drafted_i).
+
+Drafter terms per method ``m`` (parameters named ``name[m]``):
+
+* model-free (n-gram, suffix, …): ``host[m]`` · B — a lookup on the host per request per step;
+* draft model (and EAGLE / MTP / Medusa-like methods): ``draft_step[m]`` · k + ``draft_req[m]`` · k · B
+  (k draft forwards per step, each growing with the batch) + ``draft_prefill[m]`` · prefill tokens.
+
+Steps are described by :class:`StepTable` (one row per step, numpy columns) so that observed runs
+(``observe``) and simulated ones (``schedule``) share the same feature code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CORE = ("a", "r", "b", "c", "p", "q")
+SHAPES = ("flattened", "padded")
+#: methods whose drafter runs a neural network per draft position
+MODEL_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "deepseek_mtp")
+DESCRIPTIONS = {
+    "a": "s per step",
+    "r": "s per request in the decode batch",
+    "b": "s per token through the target's decode forward",
+    "c": "s per context token in the decode batch",
+    "p": "s per prefill token",
+    "q": "s per prefilled request",
+    "host": "s per request per step (drafter lookup on the host)",
+    "draft_step": "s per draft position per step",
+    "draft_req": "s per draft position per request",
+    "draft_prefill": "s per prefill token (the draft model's own prefill)",
+}
+
+
+def method_kind(method: str | None) -> str | None:
+    """The method family of a vLLM ``method`` value (``draft_model`` when a config names only a model)."""
+    if method is None:
+        return None
+    return method.split(":")[0]
+
+
+def is_model_method(method: str | None) -> bool:
+    return method_kind(method) in MODEL_METHODS
+
+
+def drafter_params(method: str | None) -> list[str]:
+    """Parameter names this method's drafter adds to the law."""
+    m = method_kind(method)
+    if m is None:
+        return []
+    if m in MODEL_METHODS:
+        return [f"draft_step[{m}]", f"draft_req[{m}]", f"draft_prefill[{m}]"]
+    return [f"host[{m}]"]
+
+
+@dataclass
+class StepTable:
+    """Steps as columns (length = number of steps). ``method``/``k`` are the server's config."""
+
+    batch: np.ndarray  # (S,) requests in the decode batch
+    drafted_sum: np.ndarray  # (S,) Σ drafted tokens over the decode batch
+    drafted_max: np.ndarray  # (S,) max drafted tokens of one request (0: nobody drafted)
+    context: np.ndarray  # (S,) Σ context tokens of the decode batch
+    prefill_tokens: np.ndarray  # (S,) prompt tokens prefilled in this step
+    prefill_reqs: np.ndarray  # (S,) requests prefilled in this step
+    method: str | None = None
+    k: int = 0
+
+    def __len__(self) -> int:
+        return int(self.batch.shape[0])
+
+    def n_forward(self, shape: str) -> np.ndarray:
+        """Tokens through the target's decode forward per step."""
+        if shape == "flattened":
+            return self.batch + self.drafted_sum
+        if shape == "padded":
+            return self.batch * (1 + self.drafted_max)
+        raise ValueError(f"unknown verification shape {shape!r}; known: {', '.join(SHAPES)}")
+
+    def features(self, shape: str, names: Sequence[str]) -> np.ndarray:
+        """The (S, len(names)) feature matrix; a parameter of another method is a zero column."""
+        cols: dict[str, np.ndarray] = {
+            "a": np.ones(len(self), dtype=float),
+            "r": self.batch.astype(float),
+            "b": self.n_forward(shape).astype(float),
+            "c": self.context.astype(float),
+            "p": self.prefill_tokens.astype(float),
+            "q": self.prefill_reqs.astype(float),
+        }
+        m = method_kind(self.method)
+        if m is not None:
+            if m in MODEL_METHODS:
+                kpos = np.where(self.batch > 0, float(self.k), 0.0)
+                cols[f"draft_step[{m}]"] = kpos
+                cols[f"draft_req[{m}]"] = kpos * self.batch
+                cols[f"draft_prefill[{m}]"] = self.prefill_tokens.astype(float)
+            else:
+                cols[f"host[{m}]"] = self.batch.astype(float)
+        zero = np.zeros(len(self), dtype=float)
+        return np.stack([cols.get(n, zero) for n in names], axis=1) if names else np.zeros((len(self), 0))
+
+    @classmethod
+    def concat(cls, tables: Sequence[StepTable]) -> StepTable:
+        if not tables:
+            z = np.zeros(0)
+            return cls(z, z, z, z, z, z)
+        return cls(*(np.concatenate([getattr(t, f) for t in tables]) for f in
+                     ("batch", "drafted_sum", "drafted_max", "context", "prefill_tokens", "prefill_reqs")),
+                   method=tables[0].method, k=tables[0].k)
+
+
+def param_vector(params: dict[str, float], names: Sequence[str]) -> np.ndarray:
+    """Parameters in ``names`` order; one the profile does not have counts as 0."""
+    return np.asarray([float(params.get(n, 0.0)) for n in names], dtype=float)

@@ -1,0 +1,281 @@
+"""From bench output directories to regression rows of the step-cost law.
+
+Every running request gets exactly one streamed chunk per engine step (vLLM and the embedded server
+both stream each step's tokens as one chunk), so a request's chunk arrival times are the ends of the
+steps it ran in, as seen by the client. For request i with chunks at τ_0 (its prefill step) … τ_S:
+
+* its decode time τ_S − τ_0 is the sum of the durations of its S decode steps (the server never idles
+  while i is running; the constant network delay cancels), and
+* the other requests' chunks that fall between τ_0 and τ_S tell who else ran in each of those steps:
+  a request's chunks are consecutive steps, so one time offset aligns all of them with i's steps
+  (robust to jitter far larger than the step time), and a request's first chunk marks the step that
+  prefilled it.
+
+So each request is one row: y = τ_S − τ_0, x = Σ over its steps of the law's features — exact
+composition per step (batch, drafted tokens of every member, their context, prefills), from the
+client's own timestamps and the server's per-request counters. Drafted tokens per step come from the
+server's ``per_step_drafted`` when it covers every step, else from the replayed trace when that trace
+reproduces the request's live counts and chunks, else the request's mean (labelled).
+
+A request that found the server idle adds a TTFT row: y = TTFT = ℓ + one prefill-only step, where ℓ is
+the HTTP round trip (a column of its own).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgauge.predict.law import StepTable
+from specgauge.predict.replay import resolve_spec
+from specgauge.predict.schedule import PlannedRequest
+from specgauge.predict.types import CellSpec, ProfileError
+from specgauge.records import RequestRecord, ResultsFile
+
+CELL_FILE = "cell.json"
+
+
+def write_cell(run_dir: Path, cell: CellSpec) -> Path:
+    """Record beside a bench run which server config and concurrency it measured (read by ``fit_profile``)."""
+    p = Path(run_dir) / CELL_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(cell.model_dump_json(indent=1), encoding="utf-8")
+    return p
+
+
+@dataclass
+class RunData:
+    name: str  #: the directory's name (no machine path)
+    cell: CellSpec
+    method: str | None
+    k: int
+    records: list[RequestRecord]
+    run: dict[str, Any]
+    max_batch: int | None = None
+
+
+def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
+    run_dir = Path(run_dir)
+    if not (run_dir / "results.jsonl").is_file():
+        raise ProfileError(f"{run_dir}: no results.jsonl (not a specgauge bench output directory)")
+    try:
+        records = ResultsFile(run_dir / "results.jsonl").existing()
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
+    run: dict[str, Any] = {}
+    if (run_dir / "run.json").is_file():
+        try:
+            run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise ProfileError(f"{run_dir / 'run.json'}: not JSON ({e})") from None
+    if cell is None:
+        cp = run_dir / CELL_FILE
+        if cp.is_file():
+            try:
+                cell = CellSpec.model_validate_json(cp.read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise ProfileError(f"{cp}: not a cell description ({str(e).splitlines()[0]})") from None
+        else:
+            conc = (run.get("config") or {}).get("max_concurrency")
+            if not conc:
+                raise ProfileError(f"{run_dir}: no {CELL_FILE} and no max_concurrency in run.json; "
+                                   "a calibration run must be a closed-loop bench (--max-concurrency)")
+            inferred = (run.get("server") or {}).get("speculative_config_inferred")
+            if inferred:
+                raise ProfileError(f"{run_dir}: the server speculated (k={inferred.get('num_speculative_tokens')}) but "
+                                   f"no {CELL_FILE} says with which method; write one (specgauge.predict.write_cell)")
+            cell = CellSpec(label="off", speculative_config=None, concurrency=int(conc))
+    method, k, _ = resolve_spec(cell.speculative_config)
+    mb = (run.get("calibration") or {}).get("max_batch")
+    return RunData(run_dir.name, cell, method, k, records, run, int(mb) if mb else None)
+
+
+@dataclass
+class RequestObs:
+    rec: RequestRecord
+    times: np.ndarray  # (S+1,) absolute chunk arrival times, s after run start
+    tokens: np.ndarray  # (S+1,) tokens per chunk
+    prompt: int
+    drafted: np.ndarray  # (S,) drafted tokens per decode step (float when only a mean is known)
+    drafted_exact: bool
+
+    @property
+    def steps(self) -> int:
+        return len(self.times) - 1
+
+
+@dataclass
+class Rows:
+    """Regression rows of one run."""
+
+    run: str
+    kind: list[str] = field(default_factory=list)  # "decode" | "ttft"
+    y: list[float] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    tables: list[StepTable] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    drafted_source: dict[str, int] = field(default_factory=dict)
+
+
+def _spec_dict(rec: RequestRecord) -> dict[str, Any]:
+    m = rec.extra.get("metrics") if isinstance(rec.extra, dict) else None
+    sd = m.get("speculative_decoding") if isinstance(m, dict) else None
+    return sd if isinstance(sd, dict) else {}
+
+
+def _trace_matches(tr: PlannedRequest, tokens: np.ndarray, rec: RequestRecord) -> bool:
+    """The replayed trace is what this request did live: same steps, same tokens per step, same counts."""
+    if len(tr.drafted) != len(tokens) - 1 or tr.output_tokens != int(tokens.sum()):
+        return False
+    remaining = tr.output_tokens - 1
+    for a, n in zip(tr.accepted.tolist(), tokens[1:].tolist(), strict=True):
+        if n != min(a + 1, remaining):
+            return False
+        remaining -= n
+    s = rec.spec
+    if s is not None and s.draft_tokens is not None and s.draft_tokens != int(tr.drafted.sum()):
+        return False
+    return True
+
+
+def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None) -> tuple[RequestObs | None, str]:
+    """One request's chunk timeline and per-step drafted tokens, or why it cannot be used."""
+    if not rec.ok or rec.e2e_s is None or len(rec.chunks) < 1:
+        return None, "failed or empty"
+    times = rec.sent_s + np.asarray([c.t for c in rec.chunks], dtype=float)
+    tokens = np.asarray([c.n for c in rec.chunks], dtype=np.int64)
+    if rec.prompt_tokens is None:
+        return None, "no prompt token count (usage)"
+    if (tokens <= 0).any() or tokens[0] != 1:
+        return None, "a chunk that is not one engine step (no tokens, or several in the first)"
+    if rec.output_tokens is not None and int(tokens.sum()) != rec.output_tokens:
+        return None, "chunk token counts do not add up to usage"
+    s = len(tokens) - 1
+    if rd.method is None:
+        return RequestObs(rec, times, tokens, rec.prompt_tokens, np.zeros(s), True), "none"
+    per = _spec_dict(rec).get("per_step_drafted")
+    if isinstance(per, list) and len(per) == s:
+        return RequestObs(rec, times, tokens, rec.prompt_tokens, np.asarray(per, dtype=float), True), "server per-step"
+    if trace is not None and _trace_matches(trace, tokens, rec):
+        return RequestObs(rec, times, tokens, rec.prompt_tokens, trace.drafted.astype(float), True), "replay"
+    if rec.spec is not None and rec.spec.draft_tokens is not None and s > 0:
+        return RequestObs(rec, times, tokens, rec.prompt_tokens, np.full(s, rec.spec.draft_tokens / s), False), "request mean"
+    return None, "no drafted-token count (run the server with --per-request-spec-decode-metrics)"
+
+
+def _nearest(grid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Index of the nearest grid time for each t (grid sorted)."""
+    idx = np.searchsorted(grid, t)
+    idx = np.clip(idx, 1, len(grid) - 1)
+    left = grid[idx - 1]
+    right = grid[idx]
+    return np.where(t - left <= right - t, idx - 1, idx)
+
+
+def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) -> tuple[Rows, list[RequestObs]]:
+    rows = Rows(rd.name)
+    obs: list[RequestObs] = []
+    for rec in rd.records:
+        o, why = observe(rd, rec, (traces or {}).get(rec.id))
+        if o is None:
+            rows.skipped[why] = rows.skipped.get(why, 0) + 1
+        else:
+            obs.append(o)
+            rows.drafted_source[why] = rows.drafted_source.get(why, 0) + 1
+    if not obs:
+        return rows, obs
+    starts = np.asarray([o.times[0] for o in obs])
+    ends = np.asarray([o.times[-1] for o in obs])
+    sents = np.asarray([o.rec.sent_s for o in obs])
+    all_times = np.sort(np.concatenate([o.times for o in obs]))
+    cum = [np.concatenate([[0], np.cumsum(o.tokens)]) for o in obs]  # cum[j][m] = tokens emitted before chunk m
+    for i, oi in enumerate(obs):
+        tau = oi.times
+        S = oi.steps
+        # --- TTFT row: the server was idle when this request arrived
+        g0 = (tau[1] - tau[0]) / 2 if S >= 1 else 0.005
+        # chunks of anyone in (sent, end of its prefill step]: its own first chunk only -> the server was idle
+        others = np.searchsorted(all_times, tau[0] + g0, "right") - np.searchsorted(all_times, sents[i], "right") - 1
+        if others == 0:
+            one = np.ones(1, dtype=np.int64)
+            z = np.zeros(1, dtype=np.int64)
+            rows.kind.append("ttft")
+            rows.y.append(float(tau[0] - sents[i]))
+            rows.steps.append(1)
+            rows.tables.append(StepTable(z, z, z, z, np.asarray([oi.prompt]), one, rd.method, rd.k))
+        if S < 1:
+            continue
+        # --- decode row
+        gaps = np.diff(tau)
+        lo = tau[0] + g0
+        hi = tau[-1] + float(np.median(gaps)) / 2
+        grid = tau[1:]
+        batch = np.ones(S)
+        dsum = oi.drafted.copy()
+        dmax = oi.drafted.copy()
+        ctx = oi.prompt + cum[i][1 : S + 1].astype(float)
+        ptok = np.zeros(S)
+        preq = np.zeros(S)
+        cand = np.flatnonzero((starts < hi) & (ends > lo))
+        for j in cand:
+            if j == i:
+                continue
+            oj = obs[j]
+            if lo < oj.times[0] <= hi:  # prefilled during one of i's steps
+                s = int(_nearest(grid, np.asarray([oj.times[0]]))[0]) if S > 1 else 0
+                ptok[s] += oj.prompt
+                preq[s] += 1
+            u = oj.times[1:]
+            sel = np.flatnonzero((u > lo) & (u <= hi))
+            if sel.size == 0:
+                continue
+            near = _nearest(grid, u[sel]) if S > 1 else np.zeros(sel.size, dtype=np.int64)
+            off = int(np.round(np.median(near - sel)))
+            mapped = sel + off
+            keep = (mapped >= 0) & (mapped < S)
+            mapped, msel = mapped[keep], sel[keep]
+            mapped, first = np.unique(mapped, return_index=True)
+            msel = msel[first]
+            batch[mapped] += 1
+            d = oj.drafted[msel]
+            dsum[mapped] += d
+            dmax[mapped] = np.maximum(dmax[mapped], d)
+            ctx[mapped] += oj.prompt + cum[j][msel + 1]
+        rows.kind.append("decode")
+        rows.y.append(float(tau[-1] - tau[0]))
+        rows.steps.append(S)
+        rows.tables.append(StepTable(batch, dsum, dmax, ctx, ptok, preq, rd.method, rd.k))
+    return rows, obs
+
+
+def replay_check(rd: RunData, obs: Sequence[RequestObs], traces: Mapping[str, PlannedRequest]) -> dict[str, Any]:
+    """Replayed acceptance against the server's own per-request counts, on the requests of one run."""
+    live_acc = live_dr = rep_acc = rep_dr = 0
+    same = n = 0
+    missing = 0
+    for o in obs:
+        s = o.rec.spec
+        tr = traces.get(o.rec.id)
+        if tr is None:
+            missing += 1
+            continue
+        if s is None or s.draft_tokens is None or s.accepted_tokens is None:
+            continue
+        n += 1
+        live_acc += s.accepted_tokens
+        live_dr += s.draft_tokens
+        ra, rdft = int(tr.accepted.sum()), int(tr.drafted.sum())
+        rep_acc += ra
+        rep_dr += rdft
+        same += int(ra == s.accepted_tokens and rdft == s.draft_tokens)
+    out: dict[str, Any] = {"requests": n, "identical_requests": same, "not_in_workload": missing}
+    if live_dr and rep_dr:
+        lr, rr = live_acc / live_dr, rep_acc / rep_dr
+        out.update(live_acceptance=round(lr, 4), replayed_acceptance=round(rr, 4), gap=round(lr - rr, 4))
+    return out

@@ -1,0 +1,185 @@
+"""Per-request replay traces of a workload under one speculative config, in bench's request order.
+
+The replay theorem (``shared/design.md``) makes a deterministic drafter's live steps on a logged output
+equal to the replayed ones, so these traces are what the server will do, step by step. Requests are
+planned as ``specgauge bench`` plans them (the first ``num_prompts``, cycling with ``~rN`` ids), and
+stateful drafters (suffix) see them in that order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgauge.config import SpeculativeConfig
+from specgauge.drafters.base import ReplayTrace, make_drafter, replay_by_stepping
+from specgauge.predict.law import is_model_method, method_kind
+from specgauge.predict.schedule import PlannedRequest
+from specgauge.predict.types import ProfileError
+from specgauge.simulate.run import trace_from_matches
+
+
+@dataclass
+class LoggedRequest:
+    id: str  #: the planned id (``~rN`` on cycled copies)
+    base_id: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    exact: bool  #: token ids were logged (not re-tokenised text)
+
+
+def config_key(spec: dict[str, Any] | None) -> str:
+    return json.dumps(spec or {}, sort_keys=True)
+
+
+def resolve_spec(spec: dict[str, Any] | None) -> tuple[str | None, int, SpeculativeConfig | None]:
+    """(method family, k, parsed config) of a vLLM ``--speculative-config``; (None, 0, None) = off."""
+    if not spec:
+        return None, 0, None
+    try:
+        cfg = SpeculativeConfig.model_validate(spec)
+    except ValueError as e:
+        raise ProfileError(f"speculative config {json.dumps(spec)}: {str(e).splitlines()[-1]}") from None
+    m = method_kind(cfg.method)
+    return m, int(cfg.num_speculative_tokens or 0), cfg
+
+
+class WorkloadReplay:
+    """Loads a workload with logged responses once; gives ``PlannedRequest`` lists per config (cached)."""
+
+    def __init__(self, workload: Sequence[Path], tokenizer: Any = None, num_prompts: int | None = None) -> None:
+        from specgauge.workload.loaders import LoadOptions, load_workload
+
+        items = load_workload(list(workload), LoadOptions())
+        self.notes: list[str] = []
+        self._tok = tokenizer
+        base: list[LoggedRequest] = []
+        skipped = approx = 0
+        for it in items:
+            resp = it.response
+            if resp is None or not (resp.output_token_ids or resp.text):
+                skipped += 1
+                continue
+            prompt, out, exact = self._ids(it)
+            if not out:
+                skipped += 1
+                continue
+            approx += not exact
+            base.append(LoggedRequest(it.request.id, it.request.id, prompt, out, exact))
+        if not base:
+            raise ProfileError(f"{', '.join(map(str, workload))}: no request has a logged response to replay; "
+                               "prediction needs the target's logged outputs (token ids)")
+        if skipped:
+            self.notes.append(f"{skipped} request(s) without a logged output were left out of the prediction")
+        if approx:
+            self.notes.append(f"{approx} request(s) had no logged token ids: re-tokenised text, acceptance approximate")
+        n = num_prompts or len(base)
+        self.requests = []
+        for i in range(n):
+            r, j = divmod(i, len(base))
+            b = base[j]
+            self.requests.append(b if r == 0 else LoggedRequest(f"{b.id}~r{r}", b.id, b.prompt_ids, b.output_ids, b.exact))
+        self._cache: dict[str, list[PlannedRequest]] = {}
+        self._matches: dict[str, dict[str, np.ndarray]] = {}
+
+    def _ids(self, it: Any) -> tuple[list[int], list[int], bool]:
+        resp = it.response
+        exact = True
+        if resp.prompt_token_ids is not None:
+            prompt = list(resp.prompt_token_ids)
+        else:
+            prompt, exact = self._tokenizer().encode_request(it.request), False
+        if resp.output_token_ids is not None:
+            out = list(resp.output_token_ids)
+        else:
+            out, exact = self._tokenizer().encode(resp.text), False
+        return prompt, out, exact
+
+    def _tokenizer(self) -> Any:
+        if self._tok is None:
+            from specgauge.api import resolve_tokenizer
+
+            self._tok = resolve_tokenizer(None)
+        elif isinstance(self._tok, str):
+            from specgauge.api import resolve_tokenizer
+
+            self._tok = resolve_tokenizer(self._tok)
+        return self._tok
+
+    def planned(self, spec: dict[str, Any] | None) -> list[PlannedRequest]:
+        key = config_key(spec)
+        if key not in self._cache:
+            self._cache[key] = self._replay(spec)
+        return self._cache[key]
+
+    def _replay(self, spec: dict[str, Any] | None) -> list[PlannedRequest]:
+        method, k, cfg = resolve_spec(spec)
+        out: list[PlannedRequest] = []
+        if method is None:
+            for r in self.requests:
+                steps = max(0, len(r.output_ids) - 1)
+                z = np.zeros(steps, dtype=np.int64)
+                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), z, z))
+            return out
+        assert cfg is not None
+        if is_model_method(method):
+            if method != "draft_model" or not cfg.model:
+                raise ProfileError(f"speculative config {json.dumps(spec)}: offline replay supports draft_model "
+                                   "(greedy) but not {method}")
+            matches = self._draft_matches(cfg.model)
+            for r in self.requests:
+                tr = trace_from_matches(matches[r.base_id], k)
+                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted))
+            return out
+        opts = {k2: v for k2, v in cfg.model_dump().items() if v is not None and k2 not in ("method", "model")}
+        try:
+            drafter = make_drafter(method, **_accepted_options(method, opts))
+        except (TypeError, ValueError) as e:
+            raise ProfileError(f"speculative config {json.dumps(spec)}: {e}") from None
+        stateless = method == "ngram"
+        seen: dict[str, ReplayTrace] = {}
+        for r in self.requests:
+            if stateless and r.base_id in seen:
+                tr = seen[r.base_id]
+            else:
+                fast = getattr(drafter, "replay", None)
+                tr = fast(r.id, r.prompt_ids, r.output_ids, k) if fast else replay_by_stepping(drafter, r.id, r.prompt_ids, r.output_ids, k)
+                seen[r.base_id] = tr
+            out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted))
+        return out
+
+    def _draft_matches(self, model: str) -> dict[str, np.ndarray]:
+        if model not in self._matches:
+            if not Path(model).is_dir():
+                raise ProfileError(f"draft model {model!r}: no such directory (needed to replay its drafts)")
+            d = make_drafter("draft_model", model=model, num_speculative_tokens=1)
+            m: dict[str, np.ndarray] = {}
+            for r in self.requests:
+                if r.base_id not in m:
+                    pred = d.teacher_forced_argmax(r.prompt_ids, r.output_ids)  # type: ignore[attr-defined]
+                    m[r.base_id] = np.asarray(pred) == np.asarray(r.output_ids)
+            self._matches[model] = m
+        return self._matches[model]
+
+    def by_id(self, spec: dict[str, Any] | None) -> dict[str, PlannedRequest]:
+        return {p.id: p for p in self.planned(spec)}
+
+
+def _accepted_options(method: str, opts: dict[str, Any]) -> dict[str, Any]:
+    import inspect
+
+    from specgauge.drafters.base import _REGISTRY, _load_plugins
+
+    _load_plugins()
+    factory = _REGISTRY.get(method)
+    if factory is None:
+        return opts
+    params = inspect.signature(factory).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return opts
+    return {k: v for k, v in opts.items() if k in params}

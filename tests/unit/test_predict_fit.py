@@ -1,0 +1,158 @@
+"""The step-cost fit: bench-shaped records made from a simulated run with a KNOWN law -> the law back.
+
+The records are what the bench client would have written against a server that follows the law
+exactly (chunk arrival times = step ends + half the round trip), so these tests check the row
+construction (who ran in which step, from timestamps alone), the NNLS fit and the shape choice.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specgauge.predict import CellSpec, ProfileError, StepCostProfile, fit_profile
+from specgauge.predict.law import param_vector
+from specgauge.predict.observe import write_cell
+from specgauge.predict.predict import step_function
+from specgauge.predict.schedule import PlannedRequest, simulate_schedule, step_ends, timeline
+from specgauge.records import Chunk, RequestRecord, ResultsFile, SpecCounts
+
+LAW = {"a": 0.004, "r": 0.0006, "b": 0.00025, "c": 2e-7, "p": 1.5e-5, "q": 0.001,
+       "host[ngram]": 0.0004, "draft_step[draft_model]": 0.0015, "draft_req[draft_model]": 0.0003,
+       "draft_prefill[draft_model]": 3e-6, "ell": 0.002}
+
+
+def planned(n: int, method: str | None, k: int, seed: int) -> list[PlannedRequest]:
+    """Random requests; a speculative one drafts 1..k tokens at every step (so per-step counts are complete)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        L, P = int(rng.integers(8, 50)), int(rng.integers(30, 300))
+        dr, ac, pos = [], [], 1
+        while pos < L:
+            d = 0 if method is None else (k if method == "draft_model" else int(rng.integers(1, k + 1)))
+            a = int(rng.integers(0, d + 1))
+            dr.append(d)
+            ac.append(a)
+            pos += a + 1
+        out.append(PlannedRequest(f"q{i}", P, L, np.asarray(dr), np.asarray(ac)))
+    return out
+
+
+def write_run(root: Path, name: str, reqs: list[PlannedRequest], spec: dict | None, conc: int, law: dict,
+              shape: str, jitter: float = 0.0, seed: int = 0) -> Path:
+    """Simulate the closed loop with ``law`` and write what bench would have recorded."""
+    from specgauge.predict.replay import resolve_spec
+
+    method, k, _ = resolve_spec(spec)
+    ell = law["ell"]
+    sched = simulate_schedule(reqs, conc, step_function(law, shape, method, k), ell, method, k)
+    names = list(law)
+    dur = sched.steps.features(shape, names) @ param_vector(law, names)
+    ends = step_ends(sched, dur, ell)
+    send, _, _ = timeline(sched, dur, ell)
+    rng = np.random.default_rng(seed)
+    d = root / name
+    rf = ResultsFile(d / "results.jsonl").open()
+    for i, r in enumerate(reqs):
+        toks, left = [1], r.output_tokens - 1
+        for a in r.accepted.tolist():
+            n = min(a + 1, left)
+            toks.append(n)
+            left -= n
+        steps = np.arange(sched.first_step[i], sched.last_step[i] + 1)
+        assert len(steps) == len(toks)
+        t = ends[steps] + ell / 2 - send[i] + rng.normal(0, jitter, len(steps))
+        spec_counts = None
+        extra = {}
+        if method:
+            per = r.drafted.tolist()
+            spec_counts = SpecCounts(drafts=int((r.drafted > 0).sum()), draft_tokens=int(r.drafted.sum()),
+                                     accepted_tokens=int(r.accepted.sum()), source="synthetic")
+            extra = {"metrics": {"speculative_decoding": {"per_step_drafted": per, "per_step_accepted": r.accepted.tolist()}}}
+        rf.append(RequestRecord(id=r.id, index=i, scheduled_s=0.0, sent_s=float(send[i]), started_at=0.0, ok=True,
+                                ttft_s=float(t[0]), e2e_s=float(t[-1]), elapsed_s=float(t[-1]),
+                                chunks=[Chunk(float(x), int(n)) for x, n in zip(t, toks)], prompt_tokens=r.prompt_tokens,
+                                output_tokens=r.output_tokens, spec=spec_counts, extra=extra))
+    rf.close()
+    (d / "run.json").write_text(json.dumps({"config": {"max_concurrency": conc}, "server": {"model": "synthetic"}}))
+    write_cell(d, CellSpec(label=name, speculative_config=spec, concurrency=conc))
+    return d
+
+
+NGRAM4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2}
+
+
+def calibration(root: Path, shape: str, jitter: float = 0.0) -> list[Path]:
+    dirs = []
+    for j, (name, spec, method, k) in enumerate((("off", None, None, 0), ("ngram-k4", NGRAM4, "ngram", 4))):
+        for conc in (1, 4):
+            dirs.append(write_run(root, f"{name}-c{conc}", planned(40, method, k, seed=10 * j + conc), spec, conc, LAW,
+                                  shape, jitter, seed=conc))
+    return dirs
+
+
+@pytest.mark.parametrize("shape", ["flattened", "padded"])
+def test_fit_recovers_a_known_law_and_its_shape(tmp_path: Path, shape: str) -> None:
+    prof = fit_profile(calibration(tmp_path, shape), bootstrap=20)
+    assert prof.shape == shape
+    for name in ("a", "r", "b", "p", "q", "host[ngram]", "ell"):
+        assert prof.params[name] == pytest.approx(LAW[name], rel=0.03), name
+    assert prof.residuals["relative_rmse"] < 1e-3
+    assert prof.measured.concurrencies == [1, 4]
+    assert prof.measured.max_batch == 4
+    assert prof.measured.methods == {"ngram": [4]}
+    assert len(prof.bootstrap) == 20 and prof.param_names[-1] == "ell"
+
+
+def test_fit_survives_timestamp_jitter_and_outliers(tmp_path: Path) -> None:
+    dirs = calibration(tmp_path, "flattened", jitter=0.0003)
+    # one request hit by a 200 ms stall on the client: its window is far off, the robust pass drops it
+    recs = ResultsFile(dirs[1] / "results.jsonl").existing()
+    recs[5].chunks[-1] = Chunk(recs[5].chunks[-1].t + 0.2, recs[5].chunks[-1].n)
+    (dirs[1] / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in recs))
+    prof = fit_profile(dirs, bootstrap=50)
+    assert prof.shape == "flattened"
+    assert prof.residuals["rows_dropped_as_outliers"] >= 1
+    for name in ("a", "b", "host[ngram]"):
+        assert prof.params[name] == pytest.approx(LAW[name], rel=0.08), name
+    lo, hi = np.percentile(prof.samples(["b"])[0], [2.5, 97.5])
+    assert lo <= LAW["b"] * 1.08 and hi >= LAW["b"] * 0.92
+
+
+def test_draft_model_terms_are_recovered(tmp_path: Path) -> None:
+    dirs = calibration(tmp_path, "flattened")
+    spec = {"model": str(tmp_path / "draft"), "num_speculative_tokens": 2}
+    for conc in (1, 4):
+        dirs.append(write_run(tmp_path, f"draft-c{conc}", planned(40, "draft_model", 2, seed=50 + conc), spec, conc,
+                              LAW, "flattened"))
+    prof = fit_profile(dirs, bootstrap=0)
+    for name in ("draft_step[draft_model]", "draft_req[draft_model]"):
+        assert prof.params[name] == pytest.approx(LAW[name], rel=0.05), name
+    runs = prof.provenance["runs"]
+    assert {r["speculative_config"]["model"] for r in runs if r["speculative_config"] and "model" in r["speculative_config"]} == {"draft"}
+
+
+def test_profile_round_trip_and_bad_files(tmp_path: Path) -> None:
+    prof = fit_profile(calibration(tmp_path, "flattened"), bootstrap=5)
+    path = prof.save(tmp_path / "cost_profile.json")
+    back = StepCostProfile.load(path)
+    assert back == prof
+    assert StepCostProfile.is_profile_file(path)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ProfileError, match="bad.json: cannot read JSON"):
+        StepCostProfile.load(bad)
+    bad.write_text(json.dumps({"default": {"saturation_tokens": 64}}))
+    with pytest.raises(ProfileError, match="not a fitted step-cost profile"):
+        StepCostProfile.load(bad)
+    data = json.loads(path.read_text())
+    data["params"]["b"] = -1.0
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="b must be finite and >= 0"):
+        StepCostProfile.load(bad)
+    with pytest.raises(ProfileError, match="no results.jsonl"):
+        fit_profile([tmp_path / "nowhere"])
