@@ -1,7 +1,8 @@
 """``specgauge compare`` and ``specgauge report``: flags -> config -> one library call.
 
-Exit status of ``compare`` (for CI pipelines): 0 GO, 1 NO-GO, 3 INCONCLUSIVE; 2 is a user error
-(bad flag, unreadable run), as for every specgauge command.
+Exit status of ``compare`` (for CI pipelines): 0 GO, 1 NO-GO (also "equivalent within the margin" and
+"no gain worth turning on": nothing worth turning on), 3 INCONCLUSIVE; 2 is a user error (bad flag,
+unreadable run), as for every specgauge command.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def compare(
     scorer: Annotated[str | None, typer.Option("--scorer", help="module:function (baseline_text, candidate_text) -> float; > 0 means candidate better.")] = None,
     max_divergence: Annotated[float, typer.Option("--max-divergence", min=0, max=1, help="Share of temperature-0 outputs allowed to differ before NO-GO.")] = 0.02,
     max_failure_increase: Annotated[float, typer.Option("--max-failure-increase", min=0, max=1, help="Failure-rate rise (absolute) tolerated.")] = 0.005,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Speedup the CI must clear for GO.")] = 1.0,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Practical margin: GO needs the whole speedup CI above it; a CI inside [1/m, m] is 'equivalent within the margin' and a CI below it 'no gain worth turning on' (both NO-GO).")] = 1.05,
     min_pairs: Annotated[int, typer.Option("--min-pairs", min=1, help="Paired requests needed before judging.")] = 10,
     resamples: Annotated[int, typer.Option("--resamples", min=2000, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
@@ -35,7 +36,7 @@ def compare(
 ) -> None:
     """Paired A/B: speedup and latency deltas with bootstrap CIs, output equivalence, GO / NO-GO / INCONCLUSIVE.
 
-    Exit status: 0 GO, 1 NO-GO, 3 INCONCLUSIVE, 2 user error.
+    Exit status: 0 GO, 1 NO-GO (equivalent within the margin included), 3 INCONCLUSIVE, 2 user error.
     """
     from specgauge.report.runs import CompareRequest, compare_paths
     from specgauge.stats.compare import CompareConfig

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specgauge.stats.compare import CI, GroupComparison
-from specgauge.stats.verdict import ComparisonResult, GroupVerdict
+from specgauge.stats.verdict import ComparisonResult, GroupVerdict, band
 
 _STYLE = {"GO": "bold green", "NO-GO": "bold red", "INCONCLUSIVE": "bold yellow"}
 
@@ -53,7 +53,8 @@ def _group_rows(t: Table, g: GroupComparison) -> None:
 
 
 def _verdict_line(console: Console, name: str, v: GroupVerdict) -> None:
-    console.print(f"[{_STYLE[v.verdict.value]}]{v.verdict.value}[/] {escape(name)}", highlight=False)
+    finding = f" ({v.finding})" if v.finding and v.verdict.value != "GO" else ""
+    console.print(f"[{_STYLE[v.verdict.value]}]{v.verdict.value}{finding}[/] {escape(name)}", highlight=False)
     for r in v.reasons:
         console.print(f"  • {escape(r)}", highlight=False)
     if v.more_requests_reason:
@@ -122,6 +123,11 @@ def render_comparison(r: ComparisonResult, console: Console, mismatches: int = 5
     for name, v in r.verdict.segments.items():
         _verdict_line(console, f"segment {name}", v)
     _verdict_line(console, "overall", r.verdict.overall)
+    if r.mode == "bench":
+        lo, hi = band(r.criteria.min_speedup)
+        console.print(f"[dim]practical margin {r.criteria.min_speedup:g}× (--min-speedup): GO needs the whole speedup CI "
+                      f"above it; inside [{lo:.3f}×, {hi:.3f}×] is equivalent (NO-GO: nothing worth turning on)[/dim]",
+                      highlight=False)
 
 
 def _render_equivalence(r: ComparisonResult, console: Console, mismatches: int) -> None:

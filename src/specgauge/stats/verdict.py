@@ -1,18 +1,29 @@
 """GO / NO-GO / INCONCLUSIVE: turn a comparison into a decision with reasons in plain words.
 
-Rules, per segment and overall (``VerdictCriteria`` holds the thresholds):
-- NO-GO when any of: the speedup CI lies entirely below ``min_speedup`` (the candidate is slower);
-  the candidate misses an SLO (``--slo e2e_p95_ms=…``: its measured value is above the limit); its
-  failure rate is higher by more than ``max_failure_increase`` and the CI of the difference
-  excludes 0; at temperature 0 more than ``max_divergence`` of the output pairs differ.
-- GO when there is no NO-GO reason, nothing blocks (too few pairs, an unsure failure-rate rise, a
-  sampled-output distribution that differs, an SLO that cannot be checked), and either the speedup
-  CI lies entirely above ``min_speedup`` or the chosen latency statistic's CI (candidate −
-  baseline) lies entirely below 0.
-- INCONCLUSIVE otherwise, with an estimate of the paired requests that would settle it: a CI's
-  half-width h shrinks as 1/√n, so an effect d away from the threshold is resolved at
-  n' ≈ n·(h/d)².
-Exit status for CI pipelines: 0 GO, 1 NO-GO, 3 INCONCLUSIVE (2 stays "user error").
+A decision, not only a test: the speedup is judged against a *practical margin* m
+(``VerdictCriteria.min_speedup``, ``--min-speedup``, default 1.05×) — a gain smaller than m is not
+worth turning speculation on for, however significant. With the speedup's CI [lo, hi] (candidate
+over baseline), per segment and overall:
+
+- **gain beyond the margin**  lo > m: the whole CI clears the margin → GO (unless something blocks).
+- **equivalent within the margin**  1/m ≤ lo and hi ≤ m: the CI lies inside the equivalence band
+  around 1 → NO-GO, exit 1: there is nothing worth turning on. An A/A comparison (two baseline runs
+  of the same server) ends here once its CI is narrow enough — never in "run N more requests".
+- **slower**  hi < 1 (and not inside the band) → NO-GO.
+- **no gain worth turning on**  hi < m otherwise: even the CI's upper end is below the margin → NO-GO.
+- **not settled**  the CI straddles m → INCONCLUSIVE with an estimate of the paired requests that
+  would settle it: a CI's half-width h shrinks as 1/√n, so an estimate d away from m is resolved
+  at n' ≈ n·(h/d)².
+The chosen latency statistic (``--latency-metric``, e.g. E2E p95) can also justify GO, by the same
+margin: its CI of candidate − baseline must lie entirely below −(1 − 1/m) × the baseline's value.
+
+Other rules: NO-GO when the candidate misses an SLO (``--slo e2e_p95_ms=…``), its failure rate is
+higher by more than ``max_failure_increase`` with a CI excluding 0, or at temperature 0 more than
+``max_divergence`` of the output pairs differ. GO also needs nothing blocking it (fewer than
+``min_pairs`` pairs, an unsure failure-rate rise, a sampled-output distribution that differs, an SLO
+that cannot be checked); a blocked gain is INCONCLUSIVE. Below ``min_pairs`` no CI is acted upon.
+Exit status for CI pipelines: 0 GO, 1 NO-GO (equivalent and no-gain included), 3 INCONCLUSIVE
+(2 stays "user error").
 """
 
 from __future__ import annotations
@@ -35,6 +46,9 @@ from specgauge.stats.equivalence import EquivalenceResult, Scorer, check_equival
 _METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
 _SLO_RE = re.compile(r"^(ttft|tpot|e2e|e2el)_(p50|p95)(?:_ms)?$")
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}
+GAIN, EQUIVALENT, SLOWER, NO_GAIN, UNSETTLED = (
+    "gain beyond the margin", "equivalent within the margin", "slower", "no gain worth turning on", "not settled")
+FINDINGS = (GAIN, EQUIVALENT, SLOWER, NO_GAIN, UNSETTLED)
 
 
 class VerdictError(UserError):
@@ -50,7 +64,7 @@ class Verdict(str, Enum):
 class VerdictCriteria(BaseModel):
     slo_ms: dict[str, float] = Field(default_factory=dict)  #: e.g. {"e2e_p95": 500.0}
     latency_metric: str = "e2e_p95"  #: the latency statistic whose CI can also justify GO
-    min_speedup: float = Field(default=1.0, gt=0)
+    min_speedup: float = Field(default=1.05, gt=0, description="practical margin: the speedup worth turning speculation on for")
     max_failure_increase: float = Field(default=0.005, ge=0, description="failure-rate rise tolerated (absolute)")
     max_divergence: float = Field(default=0.02, ge=0, le=1, description="temperature-0 mismatch share tolerated")
     min_pairs: int = Field(default=10, ge=1)
@@ -64,6 +78,8 @@ class GroupVerdict(BaseModel):
     notes: list[str] = Field(default_factory=list)  #: what else to know (met SLOs, rare divergence…)
     more_requests: int | None = None  #: INCONCLUSIVE: about how many more paired requests would settle it
     more_requests_reason: str | None = None
+    #: what the speedup CI says against the margin (module docstring): one of FINDINGS, None when not judged
+    finding: str | None = None
 
 
 class VerdictResult(BaseModel):
@@ -154,14 +170,41 @@ def _needed(n: int, estimate: float | None, low: float | None, high: float | Non
     return max(0, math.ceil(n * (h / d) ** 2) - n)
 
 
+def band(margin: float) -> tuple[float, float]:
+    """The equivalence band around 1 for a practical margin m: [1/m, m] (ordered when m < 1)."""
+    return min(margin, 1 / margin), max(margin, 1 / margin)
+
+
+def _speedup_finding(lo: float, hi: float, m: float) -> str:
+    b_lo, b_hi = band(m)
+    if lo > m:
+        return GAIN
+    if b_lo <= lo and hi <= b_hi:
+        return EQUIVALENT
+    if hi < 1.0:
+        return SLOWER
+    if hi < m:
+        return NO_GAIN
+    return UNSETTLED
+
+
+def _latency_threshold(baseline_ms: float, m: float) -> float:
+    """The candidate − baseline delta (ms) a latency CI must lie below to count as a gain worth having."""
+    return -(1.0 - 1.0 / m) * baseline_ms if m > 1 else 0.0
+
+
 def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
-    nogo: list[str] = []
+    nogo: list[str] = []  # hard reasons: NO-GO whatever else holds
+    soft: list[str] = []  # no gain worth having: NO-GO unless the latency clears the margin
     block: list[str] = []
     good: list[str] = []
     notes: list[str] = []
     n = g.speedup.n
     conf = "95 % CI"
     s = g.speedup
+    m = crit.min_speedup
+    b_lo, b_hi = band(m)
+    finding: str | None = None
     if n < crit.min_pairs:
         block.append(f"only {n} {'paired ' if g.paired else ''}requests; at least {crit.min_pairs} are needed to judge")
     if s.estimate is None:
@@ -170,33 +213,43 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
         ci = f"{_x(s.estimate)} ({conf} {_x(s.low)}–{_x(s.high)})"
         if n < crit.min_pairs:  # a bootstrap over a handful of pairs is no interval to act on
             notes.append(f"speedup {ci}: too few pairs to act on")
-        elif s.high < crit.min_speedup:
-            nogo.append(f"the candidate is slower: output-token rate {ci}, the whole interval below {crit.min_speedup:g}×")
-        elif s.low > crit.min_speedup:
-            good.append(f"the candidate is faster: output-token rate {ci}, the whole interval above {crit.min_speedup:g}×")
         else:
-            notes.append(f"speedup {ci} includes {crit.min_speedup:g}×: not settled")
-    m = g.metric(crit.latency_metric)
-    if m is not None and m.delta_ms.estimate is not None and m.delta_ms.low is not None and m.delta_ms.high is not None:
-        d = m.delta_ms
-        txt = f"{_words(m.key)} {m.baseline_ms:.1f} → {m.candidate_ms:.1f} ms (Δ {d.estimate:+.1f} ms, {conf} {d.low:+.1f} to {d.high:+.1f})"
+            finding = _speedup_finding(s.low, s.high, m)
+            if finding == GAIN:
+                good.append(f"the candidate is faster beyond the {m:g}× margin: output-token rate {ci}, the whole interval above {m:g}×")
+            elif finding == EQUIVALENT:
+                soft.append(f"equivalent within the margin: output-token rate {ci} lies inside the equivalence band "
+                            f"{b_lo:.3f}×–{b_hi:.3f}× — nothing worth turning on")
+            elif finding == SLOWER:
+                nogo.append(f"the candidate is slower: output-token rate {ci}, the whole interval below 1×")
+            elif finding == NO_GAIN:
+                soft.append(f"no gain worth turning on: output-token rate {ci}, the whole interval below the {m:g}× margin")
+            else:
+                notes.append(f"speedup {ci} includes the {m:g}× margin: not settled")
+    lm = g.metric(crit.latency_metric)
+    if lm is not None and lm.delta_ms.estimate is not None and lm.delta_ms.low is not None and lm.delta_ms.high is not None:
+        d = lm.delta_ms
+        txt = f"{_words(lm.key)} {lm.baseline_ms:.1f} → {lm.candidate_ms:.1f} ms (Δ {d.estimate:+.1f} ms, {conf} {d.low:+.1f} to {d.high:+.1f})"
+        limit = _latency_threshold(lm.baseline_ms or 0.0, m)
         if n < crit.min_pairs:
             notes.append(f"{txt}: too few pairs to act on")
+        elif d.high < limit:
+            good.append(f"lower {txt}: the whole interval favours the candidate by more than the {m:g}× margin")
         elif d.high < 0:
-            good.append(f"lower {txt}: the whole interval favours the candidate")
+            notes.append(f"lower {txt}: favours the candidate, but not by the {m:g}× margin ({limit:+.1f} ms)")
         elif d.low > 0:
             notes.append(f"higher {txt}: the whole interval favours the baseline")
         else:
             notes.append(f"{txt}: not settled")
-    for key, limit in sorted(crit.slo_ms.items()):
+    for key, limit_ms in sorted(crit.slo_ms.items()):
         sm = g.metric(key)
         if sm is None or sm.candidate_ms is None:
-            block.append(f"the SLO {_words(key)} ≤ {limit:g} ms cannot be checked: {sm.delta_ms.reason if sm else 'no such statistic'}")
-        elif sm.candidate_ms > limit:
+            block.append(f"the SLO {_words(key)} ≤ {limit_ms:g} ms cannot be checked: {sm.delta_ms.reason if sm else 'no such statistic'}")
+        elif sm.candidate_ms > limit_ms:
             base = f" (the baseline measured {sm.baseline_ms:.1f} ms)" if sm.baseline_ms is not None else ""
-            nogo.append(f"the candidate misses the SLO {_words(key)} ≤ {limit:g} ms: it measured {sm.candidate_ms:.1f} ms{base}")
+            nogo.append(f"the candidate misses the SLO {_words(key)} ≤ {limit_ms:g} ms: it measured {sm.candidate_ms:.1f} ms{base}")
         else:
-            notes.append(f"meets the SLO {_words(key)} ≤ {limit:g} ms ({sm.candidate_ms:.1f} ms)")
+            notes.append(f"meets the SLO {_words(key)} ≤ {limit_ms:g} ms ({sm.candidate_ms:.1f} ms)")
     f = g.failure_rate_diff
     if f.estimate is not None and f.estimate > crit.max_failure_increase:
         rates = f"{100 * (g.failure_rate_baseline or 0):.2f} % → {100 * (g.failure_rate_candidate or 0):.2f} %"
@@ -208,13 +261,15 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
         notes.append(f"{g.candidate_failed} candidate request(s) failed ({g.baseline_failed} in the baseline), within tolerance")
     _equivalence(g.equivalence, crit, nogo, block, notes)
     if nogo:
-        verdict, reasons = Verdict.NO_GO, nogo
+        verdict, reasons = Verdict.NO_GO, nogo + soft
     elif good and not block:
         verdict, reasons = Verdict.GO, good
+    elif soft and not good:
+        verdict, reasons = Verdict.NO_GO, soft
     else:
         verdict = Verdict.INCONCLUSIVE
-        reasons = block + ([] if good else ["neither the speedup CI nor the latency CI lies on one side of no change"])
-    gv = GroupVerdict(group=g.group, verdict=verdict, reasons=reasons, notes=notes)
+        reasons = block + ([] if good else [f"neither the speedup CI nor the latency CI lies on one side of the {m:g}× margin"])
+    gv = GroupVerdict(group=g.group, verdict=verdict, reasons=reasons, notes=notes, finding=finding)
     if verdict is Verdict.INCONCLUSIVE:
         _more(gv, g, crit)
     return gv
@@ -251,13 +306,19 @@ def _more(gv: GroupVerdict, g: GroupComparison, crit: VerdictCriteria) -> None:
         gv.more_requests_reason = f"at least {crit.min_pairs} paired requests are needed before judging"
         return
     s = g.speedup
+    # the speedup settles either way (above the margin: GO; below: NO-GO); the latency statistic only
+    # counts when its estimate lies on the gain side of its threshold (more requests could make it a GO)
     cands = [_needed(n, s.estimate, s.low, s.high, crit.min_speedup)]
     m = g.metric(crit.latency_metric)
-    if m is not None:
-        cands.append(_needed(m.delta_ms.n, m.delta_ms.estimate, m.delta_ms.low, m.delta_ms.high, 0.0))
-    found = [c for c in cands if c is not None]
+    d = m.delta_ms if m is not None else None
+    if m is not None and d is not None and m.baseline_ms is not None and d.estimate is not None:
+        limit = _latency_threshold(m.baseline_ms, crit.min_speedup)
+        if d.estimate < limit:
+            cands.append(_needed(d.n, d.estimate, d.low, d.high, limit))
+    found = [c for c in cands if c]
     if not found:
-        gv.more_requests_reason = "the runs show no difference at all: more requests of the same kind will not settle it"
+        gv.more_requests_reason = (f"the speedup estimate sits on the {crit.min_speedup:g}× margin: more requests of the "
+                                   "same kind will not settle it; decide whether a gain that size is worth it")
         return
     gv.more_requests = min(found)
     half = None if s.low is None or s.high is None else (s.high - s.low) / 2
