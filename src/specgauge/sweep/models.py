@@ -54,7 +54,7 @@ class CellRun(BaseModel):
 class SweepSettings(BaseModel):
     """What every cell shares; a resumed sweep must use the same (pairing by request id needs it)."""
 
-    workload: list[str]
+    workload: list[str]  #: as ``specgauge.paths.portable_path`` writes them (relative to the sweep directory)
     num_prompts: int | None = None
     seed: int = 0
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specgauge.errors import UserError
+from specgauge.paths import portable_path
 from specgauge.predict.types import CellSpec
 from specgauge.servers import ServerStartError
 from specgauge.sweep.grid import dir_name
@@ -159,7 +160,7 @@ def run_grid(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise SweepError(f"output directory {out_dir}: {e.strerror or e}") from None
-    settings = SweepSettings(workload=[str(p) for p in workload], num_prompts=num_prompts, seed=seed)
+    settings = SweepSettings(workload=[portable_path(p, out_dir) for p in workload], num_prompts=num_prompts, seed=seed)
     m = _open_manifest(out_dir, settings, target, cells, resume, time_budget_s)
     m.save(out_dir)
     result = SweepResult(out_dir=out_dir, manifest=m)

@@ -1,0 +1,108 @@
+"""``run_sweep``: the grid (``run_grid``), then the analysis, both kept in ``OUT/sweep.json``.
+
+The analysis is written without predictions first and again with them, so a failing predictor
+never costs a measured figure. A cost profile is read before any server starts (a bad file fails
+fast); the prediction itself runs after the measurements.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specgauge.errors import UserError
+from specgauge.sweep.analysis import analyze, attach_predictions
+from specgauge.sweep.grid import ServerConfig, build_configs, cells_for
+from specgauge.sweep.models import PredictionInfo, SweepError, SweepManifest
+from specgauge.sweep.runner import SweepResult, run_grid
+from specgauge.sweep.target import ServerTarget
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?", re.I)
+
+
+def parse_duration(text: str | None, flag: str = "--time-budget") -> float | None:
+    """``30m``, ``1h30m``, ``90s``, ``45`` (seconds) -> seconds; None for empty text."""
+    if not text:
+        return None
+    t = text.strip().replace(" ", "")
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(t):
+        if m.start() != pos:
+            break
+        unit = (m.group(2) or "s").lower()
+        total += float(m.group(1)) * {"h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1}[unit]
+        pos = m.end()
+    if pos != len(t) or total <= 0:
+        raise SweepError(f"{flag} {text!r}: expected a positive duration like 30m, 1h30m or 90s")
+    return total
+
+
+class SweepConfig(BaseModel):
+    """Everything ``specgauge sweep`` needs (the CLI fills it from flags)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    workload: list[Path] = Field(min_length=1)
+    configs: list[ServerConfig] = Field(default_factory=list)  #: "off" is added when absent
+    concurrencies: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)
+    out_dir: Path = Path("results/sweep")
+    num_prompts: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    target: ServerTarget = Field(default_factory=ServerTarget)
+    cost_profile: Path | None = None
+    time_budget_s: float | None = Field(default=None, gt=0)
+    resume: bool = False
+    min_speedup: float = Field(default=1.0, gt=0, description="the crossover's threshold (1.0: break-even)")
+    warmup: int = Field(default=1, ge=0)
+    timeout: float = Field(default=600.0, gt=0)
+
+
+def _load_profile(path: Path | None) -> Any:
+    if path is None:
+        return None
+    from specgauge.predict import StepCostProfile
+
+    return StepCostProfile.load(path)
+
+
+def run_sweep(cfg: SweepConfig, console: Any = None) -> SweepResult:
+    """Bench the grid, analyse it, write the analysis into sweep.json; returns the manifest."""
+    configs = build_configs(cfg.configs)
+    cells = cells_for(configs, cfg.concurrencies)
+    profile = _load_profile(cfg.cost_profile)
+    result = run_grid(cells, cfg.target, cfg.workload, cfg.out_dir, num_prompts=cfg.num_prompts, seed=cfg.seed,
+                      time_budget_s=cfg.time_budget_s, resume=cfg.resume, console=console, warmup=cfg.warmup,
+                      timeout=cfg.timeout)
+    m = result.manifest
+    info = PredictionInfo(profile=cfg.cost_profile.name if cfg.cost_profile else None, available=False,
+                          reason=None if profile is not None else "no --cost-profile given")
+    m.analysis = analyze(result.out_dir, m, min_speedup=cfg.min_speedup, prediction=info)
+    m.save(result.out_dir)
+    if profile is not None:
+        from specgauge.predict import predict_cells
+
+        try:
+            preds = predict_cells(profile, cfg.workload, cells, num_prompts=cfg.num_prompts)
+        except NotImplementedError as e:
+            info.reason = f"the predictor is not available in this version: {e}"
+        except UserError as e:
+            info.reason = f"prediction failed: {e}"
+        else:
+            attach_predictions(m.analysis, preds)
+            info.available = True
+        m.analysis.prediction = info
+        m.save(result.out_dir)
+    return result
+
+
+def reanalyze(out_dir: Path, *, min_speedup: float = 1.0) -> SweepManifest:
+    """Recompute the analysis of an existing sweep directory (predictions already there are kept)."""
+    m = SweepManifest.load(out_dir)
+    old = m.analysis
+    m.analysis = analyze(out_dir, m, min_speedup=min_speedup, prediction=old.prediction if old else None)
+    if old is not None:
+        attach_predictions(m.analysis, [c.predicted for c in old.cells if c.predicted is not None])
+    return m
