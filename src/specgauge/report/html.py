@@ -25,7 +25,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
+from specgauge.recommend.models import Recommendation
 from specgauge.report.runs import LoadedRun, load_run
+from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
 from specgauge.simulate.run import SimulateResult
 from specgauge.stats.latency import per_token_itls, tpot
 from specgauge.stats.verdict import ComparisonResult
@@ -95,6 +97,8 @@ class ReportData(BaseModel):
     runs: list[RunRow] = Field(default_factory=list)
     comparisons: list[ComparisonResult] = Field(default_factory=list)
     samples: list[Sample] = Field(default_factory=list)
+    sweeps: list[SweepSection] = Field(default_factory=list)  #: report/sweep_html.py renders these
+    recommendations: list[Recommendation] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
 
@@ -153,7 +157,8 @@ def _redact_comparison(c: ComparisonResult) -> ComparisonResult:
 
 
 def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
-    runs = [load_run(p) for p in cfg.inputs]
+    sweeps, recs, rest = split_inputs(cfg.inputs)
+    runs = [load_run(p) for p in rest]
     seen: dict[str, int] = {}
     for r in runs:  # labels must tell the runs apart (same directory names under different parents)
         seen[r.label] = seen.get(r.label, 0) + 1
@@ -161,7 +166,10 @@ def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
         if seen[r.label] > 1:
             r.label = str(r.path)
     data = ReportData(title=cfg.title, generated_at=time.time(), redacted=cfg.redact,
-                      inputs=[{"label": r.label, "kind": r.kind, "path": str(r.path)} for r in runs])
+                      inputs=[{"label": r.label, "kind": r.kind, "path": str(r.path)} for r in runs],
+                      sweeps=sweeps, recommendations=recs)
+    data.inputs += [{"label": s.label, "kind": "sweep", "path": s.label} for s in sweeps]
+    data.inputs += [{"label": r.source_name, "kind": "recommendation", "path": r.source_name} for r in recs]
     for r in runs:
         data.notes += r.notes
         if r.kind == "profile":
@@ -362,6 +370,7 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
     js = plotly.offline.get_plotlyjs().replace("</script", "<\\/script")
     return env.get_template("report.html.j2").render(
         d=data, figs=figs, plotly_js=jinja2.utils.markupsafe.Markup(js), measured=measured_speedups(data),
+        sweep_html=jinja2.utils.markupsafe.Markup(render_sections(data.sweeps, data.recommendations)),
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.generated_at)),
     )
 

@@ -1,0 +1,165 @@
+"""The sweep and recommendation sections of the HTML report (``specgauge report``, ``specgauge sweep``).
+
+Inputs it recognises among ``specgauge report``'s: a sweep directory (holding ``sweep.json``), a
+``sweep.json``, a recommendation JSON (``specgauge recommend --json``). For a sweep it shows the cell
+table, three plots — speedup vs concurrency per config (95 % CI bars; predictions dashed), p95 E2E
+vs concurrency, throughput vs p95 latency with the Pareto front — the crossovers, and the
+recommendation computed from it (unless a recommendation JSON was passed as well).
+Text reaches the page through jinja2 autoescaping, plot labels HTML-escaped (plotly reads a subset of
+HTML in labels).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from specgauge.recommend.models import KIND as REC_KIND
+from specgauge.recommend.models import Recommendation
+from specgauge.sweep.models import MANIFEST, SweepManifest
+
+
+class SweepSection(BaseModel):
+    label: str
+    manifest: SweepManifest
+    recommendation: Recommendation | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+def _is_recommendation(path: Path) -> bool:
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        head = path.read_text(encoding="utf-8")[:400]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return f'"kind": "{REC_KIND}"' in head or f'"kind":"{REC_KIND}"' in head
+
+
+def is_sweep(path: Path) -> bool:
+    return (path.is_dir() and (path / MANIFEST).is_file()) or (path.name == MANIFEST and path.is_file())
+
+
+def split_inputs(paths: Sequence[Path]) -> tuple[list[SweepSection], list[Recommendation], list[Path]]:
+    """(sweeps, recommendations, everything else) among report inputs. A sweep without a
+    recommendation JSON beside it gets one computed (default margin)."""
+    from specgauge.recommend import RecommendError, recommend_from_sweep
+
+    sweeps: list[SweepSection] = []
+    recs: list[Recommendation] = []
+    rest: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if is_sweep(p):
+            d = p if p.is_dir() else p.parent
+            m = SweepManifest.load(d)
+            if m.analysis is None:
+                from specgauge.sweep.run import reanalyze
+
+                m = reanalyze(d)
+            sec = SweepSection(label=d.resolve().name, manifest=m)
+            try:
+                sec.recommendation = recommend_from_sweep(d)
+            except RecommendError as e:
+                sec.notes.append(f"no recommendation: {e}")
+            sweeps.append(sec)
+        elif _is_recommendation(p):
+            recs.append(Recommendation.model_validate(json.loads(p.read_text(encoding="utf-8"))))
+        else:
+            rest.append(p)
+    if recs:
+        for s in sweeps:
+            s.recommendation = None  # the one passed explicitly is shown instead
+    return sweeps, recs, rest
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def _l(s: str) -> str:
+    return _html.escape(s, quote=True)
+
+
+def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
+    import plotly.graph_objects as go
+
+    from specgauge.report.html import _fig_html
+
+    a = sec.manifest.analysis
+    if a is None:
+        return {}
+    out: dict[str, str] = {}
+    done = [c for c in a.cells if c.status == "done"]
+    sp = go.Figure()
+    for label in a.labels:
+        if label == a.baseline:
+            continue
+        cs = sorted((c for c in done if c.label == label and c.speedup is not None and c.speedup.estimate is not None),
+                    key=lambda c: c.concurrency)
+        if cs:
+            sp.add_trace(go.Scatter(
+                x=[c.concurrency for c in cs], y=[c.speedup.estimate for c in cs], mode="lines+markers", name=_l(label),  # type: ignore[union-attr]
+                error_y={"type": "data", "symmetric": False,
+                         "array": [(c.speedup.high or c.speedup.estimate) - c.speedup.estimate for c in cs],  # type: ignore[union-attr,operator]
+                         "arrayminus": [c.speedup.estimate - (c.speedup.low or c.speedup.estimate) for c in cs]}))  # type: ignore[union-attr,operator]
+        ps = sorted((c for c in a.cells if c.label == label and c.predicted is not None and c.predicted.speedup is not None),
+                    key=lambda c: c.concurrency)
+        if ps:
+            sp.add_trace(go.Scatter(x=[c.concurrency for c in ps], y=[c.predicted.speedup for c in ps], mode="lines",  # type: ignore[union-attr]
+                                    line={"dash": "dash"}, name=_l(f"{label} (predicted)")))
+    if sp.data:
+        sp.add_hline(y=1.0, line_dash="dot", line_color="grey")
+        if a.min_speedup != 1.0:
+            sp.add_hline(y=a.min_speedup, line_dash="dash", line_color="#b7791f")
+        sp.update_layout(title=f"Speedup vs concurrency (against {_l(a.baseline)}; bars: 95 % CI)",
+                         xaxis_title="concurrency", yaxis_title="speedup (×)", xaxis_type="log")
+        out["speedup"] = _fig_html(sp, f"sweep{idx}-speedup")
+    lat = go.Figure()
+    for label in a.labels:
+        cs = sorted((c for c in done if c.label == label and c.e2e_p95_ms is not None), key=lambda c: c.concurrency)
+        if cs:
+            lat.add_trace(go.Scatter(x=[c.concurrency for c in cs], y=[c.e2e_p95_ms for c in cs], mode="lines+markers", name=_l(label)))
+    if lat.data:
+        lat.update_layout(title="p95 end-to-end latency vs concurrency", xaxis_title="concurrency", yaxis_title="E2E p95 (ms)",
+                          xaxis_type="log")
+        out["latency"] = _fig_html(lat, f"sweep{idx}-latency")
+    tl = go.Figure()
+    for label in a.labels:
+        cs = [c for c in done if c.label == label and c.e2e_p95_ms is not None and c.throughput_tok_s is not None]
+        if cs:
+            tl.add_trace(go.Scatter(x=[c.e2e_p95_ms for c in cs], y=[c.throughput_tok_s for c in cs], mode="markers", name=_l(label),
+                                    text=[_l(f"{label} @ {c.concurrency}") for c in cs], marker={"size": 9},
+                                    hovertemplate="%{text}<br>p95 %{x:.0f} ms, %{y:.1f} tok/s"))
+    if a.pareto:
+        front = sorted(a.pareto, key=lambda p: p.e2e_p95_ms)
+        tl.add_trace(go.Scatter(x=[p.e2e_p95_ms for p in front], y=[p.throughput_tok_s for p in front], mode="lines+markers",
+                                name="Pareto front", line={"color": "black", "dash": "dot"},
+                                marker={"symbol": "circle-open", "size": 16, "color": "black"},
+                                text=[_l(f"{p.label} @ {p.concurrency}") for p in front], hovertemplate="%{text}"))
+    if tl.data:
+        tl.update_layout(title="Throughput vs p95 latency (each point a config at one concurrency)",
+                         xaxis_title="E2E p95 (ms)", yaxis_title="output tokens/s")
+        out["pareto"] = _fig_html(tl, f"sweep{idx}-pareto")
+    return out
+
+
+def render_sections(sweeps: Sequence[SweepSection], recs: Sequence[Recommendation]) -> str:
+    """The HTML fragment for every sweep and recommendation (empty when there are none)."""
+    if not sweeps and not recs:
+        return ""
+    import jinja2
+
+    from specgauge.report.html import _fmt
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["f"] = _fmt
+    figs = [{k: jinja2.utils.markupsafe.Markup(v) for k, v in sweep_figures(s, i).items()} for i, s in enumerate(sweeps)]
+    all_recs: list[Any] = [(s.label, s.recommendation) for s in sweeps if s.recommendation is not None]
+    all_recs += [(r.source_name, r) for r in recs]
+    return str(env.get_template("sweep.html.j2").render(sweeps=sweeps, figs=figs, recs=all_recs))
