@@ -160,3 +160,19 @@ def cells_for(configs: Sequence[ServerConfig], concurrencies: Sequence[int]) -> 
     cs = sorted(set(concurrencies))
     return [CellSpec(label=c.label, speculative_config=c.speculative_config, concurrency=n) for c in configs for n in cs]
 
+
+
+_LABEL_SPEC = re.compile(r"^(?P<method>[A-Za-z_][A-Za-z0-9_]*)-k(?P<k>\d+)$")
+
+
+def config_from_label(label: str) -> ServerConfig:
+    """A running server's config from its ``--url`` name: ``off``, or ``METHOD-kK`` for a model-free
+    method (``ngram-k4``, ``suffix-k8``); anything else needs a ``--config 'NAME={...}'``."""
+    if label == BASELINE:
+        return ServerConfig(label=label)
+    m = _LABEL_SPEC.match(label)
+    if not m or m.group("method") not in ("ngram", "suffix"):
+        raise ConfigError(f"--url {label}=…: say what that server runs with --config '{label}={{...}}' "
+                          "(names off, ngram-kK and suffix-kK need none)")
+    spec = _validate_spec(grid_method(m.group("method"), int(m.group("k"))), f"--url {label}")
+    return ServerConfig(label=label, speculative_config=spec)

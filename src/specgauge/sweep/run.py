@@ -85,7 +85,8 @@ def run_sweep(cfg: SweepConfig, console: Any = None) -> SweepResult:
         from specgauge.predict import predict_cells
 
         try:
-            preds = predict_cells(profile, cfg.workload, cells, num_prompts=cfg.num_prompts)
+            mb = max(cfg.concurrencies) if cfg.target.kind == "embedded" else None  # the embedded server's --max-batch
+            preds = predict_cells(profile, cfg.workload, cells, num_prompts=cfg.num_prompts, max_batch=mb)
         except NotImplementedError as e:
             info.reason = f"the predictor is not available in this version: {e}"
         except UserError as e:
