@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from specgauge import __version__
-from specgauge.cli import bench, decide, demo, recommend, serve, sweep, workload
+from specgauge.cli import audit, bench, decide, demo, recommend, serve, sweep, workaround, workload
 from specgauge.cli.common import console
 
 app = typer.Typer(
@@ -48,6 +48,8 @@ COMMANDS = [
     (bench.bench, "bench"),
     (decide.compare, "compare"),
     (decide.report, "report"),
+    (audit.audit, "audit"),
+    (workaround.workaround_path, "workaround-path"),
     (sweep.sweep, "sweep"),
     (recommend.recommend, "recommend"),
     (demo.demo, "demo"),

@@ -40,7 +40,7 @@ def _log(msg: str) -> None:
 
 
 def float_aware_expand(output: Any, input_val: Any, cu_num_tokens: Any, replace_from: Any, replace_to: Any,
-                       MAX_NUM_TOKENS: Any = None) -> None:  # noqa: N803 (the Triton kernel's name)
+                       MAX_NUM_TOKENS: Any = None) -> None:
     """What vLLM's Triton ``expand_kernel`` does, in torch, writing into ``output`` in place.
 
     output: [num_tokens] any dtype; input_val: [batch_size]; cu_num_tokens: [batch_size] cumulative
@@ -82,7 +82,7 @@ def patch_module(module: Any) -> bool:
         return False
 
     def _expand_kernel_impl(output: Any, input_val: Any, cu_num_tokens: Any, replace_from: Any, replace_to: Any,
-                            MAX_NUM_TOKENS: Any = None) -> None:  # noqa: N803
+                            MAX_NUM_TOKENS: Any = None) -> None:
         import torch
 
         if output.dtype == torch.int64:  # the C++ op writes into this very tensor: correct as is
@@ -108,7 +108,7 @@ class _PatchingLoader(importlib.abc.Loader):
         self._inner.exec_module(module)
         try:
             patch_module(module)
-        except Exception as e:  # never break vLLM's start-up because of the fix
+        except Exception as e:  # noqa: BLE001 -- never break vLLM's start-up because of the fix
             _log(f"patch failed, vLLM runs unpatched: {e!r}")
 
     def __getattr__(self, name: str) -> Any:
@@ -145,7 +145,7 @@ def _run_next_sitecustomize() -> None:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 -- a broken sitecustomize of theirs must not stop vLLM
         _log(f"the next sitecustomize ({spec.origin}) failed: {e!r}")
 
 
