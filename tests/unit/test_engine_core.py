@@ -176,3 +176,38 @@ def test_bad_requests_are_refused(models: tuple[Path, Path]) -> None:
     eng.add_request("d", [1, 2], GREEDY)
     with pytest.raises(RequestError, match="in use"):
         eng.add_request("d", [1, 2], GREEDY)
+
+
+@pytest.mark.parametrize("layout", ["flat", "padded"])
+def test_flat_verification_feeds_only_what_was_drafted(
+    layout: str, models: tuple[Path, Path], reference: dict[int, list[list[int]]]
+) -> None:
+    """Flat: one verification forward of sum(1 + k_b) tokens (vLLM's layout); padded: B (K + 1).
+    Both give the target's greedy output."""
+    target, _ = models
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=4)
+    eng = Engine(target, spec, max_batch=6, max_model_len=256, dtype="float64", drafter=LookupDrafter(),
+                 verify_layout=layout)  # type: ignore[arg-type]
+    ids = [f"r{i}" for i in range(6)]
+    for rid, p in zip(ids, prompts(6), strict=True):
+        eng.add_request(rid, p, GREEDY)
+    out: dict[str, list[int]] = {rid: [] for rid in ids}
+    mixed = 0
+    while eng.has_unfinished():
+        outs = eng.step()
+        tm = eng.last_timing
+        decode = outs[: tm.num_decode]  # decode outputs come first (no aborts here)
+        if decode:
+            drafted = [o.num_drafted for o in decode]
+            want = sum(1 + k for k in drafted) if layout == "flat" else len(decode) * (1 + max(drafted))
+            assert tm.verify_tokens == want
+            mixed += len(set(drafted)) > 1
+        for o in outs:
+            out[o.request_id] += o.new_token_ids
+    assert mixed > 0  # steps whose proposals differed in length: where flat and padded differ
+    assert [out[r] for r in ids] == reference[6]
+
+
+def test_bad_verify_layout_is_refused(models: tuple[Path, Path]) -> None:
+    with pytest.raises(ValueError, match="verify_layout"):
+        Engine(models[0], None, max_batch=1, max_model_len=64, verify_layout="ragged")  # type: ignore[arg-type]

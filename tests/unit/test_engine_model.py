@@ -64,3 +64,43 @@ def test_unsupported_model_type_is_a_clear_error(tmp_path: Path) -> None:
         ModelArgs.from_dir(tmp_path)
     with pytest.raises(ModelLoadError, match="config.json"):
         ModelArgs.from_dir(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4])
+def test_flat_varlen_forward_equals_each_sequence_alone(tmp_path: Path, kv_heads: int) -> None:
+    """One flat forward over sequences with different new-token counts, cached lengths and
+    non-contiguous, unordered slots gives each sequence the logits it gets alone (no padding)."""
+    d = make_tiny_model(tmp_path / "m", seed=7, kv_heads=kv_heads)
+    m = load_model(d, dtype=torch.float64)
+    g = torch.Generator().manual_seed(4)
+    # (slot, cached prefix length, new tokens): two share a length (one attention call), slots 5 and 1 out of order
+    seqs = [(5, 6, 3), (1, 0, 4), (3, 9, 1), (0, 2, 3), (2, 11, 5)]
+    full = {s: torch.randint(0, 320, (1, c + n), generator=g) for s, c, n in seqs}
+    cache = m.new_cache(6, 32)
+    for slot, c, _ in seqs:  # fill each slot's cached prefix
+        if c:
+            m(full[slot][:, :c], torch.tensor([slot]), torch.tensor([0]), cache)
+    flat = torch.cat([full[s][0, c:] for s, c, _ in seqs])
+    got = m.forward_flat(flat, [s for s, _, _ in seqs], [c for _, c, _ in seqs], [n for _, _, n in seqs], cache)
+    assert got.shape == (flat.numel(), 320)
+    o = 0
+    for slot, c, n in seqs:
+        alone = m(full[slot], torch.tensor([0]), torch.tensor([0]), m.new_cache(1, 32))[0, c:]
+        torch.testing.assert_close(got[o : o + n], alone, rtol=1e-9, atol=1e-9)
+        o += n
+    # logits_at picks rows of the same forward
+    at = torch.tensor([2, 6, 12])
+    cache2 = m.new_cache(6, 32)
+    for slot, c, _ in seqs:
+        if c:
+            m(full[slot][:, :c], torch.tensor([slot]), torch.tensor([0]), cache2)
+    picked = m.forward_flat(flat, [s for s, _, _ in seqs], [c for _, c, _ in seqs], [n for _, _, n in seqs], cache2,
+                            logits_at=at)
+    torch.testing.assert_close(picked, got[at], rtol=1e-9, atol=1e-9)
+
+
+def test_plan_refuses_a_sequence_longer_than_the_cache(tmp_path: Path) -> None:
+    m = load_model(make_tiny_model(tmp_path / "m", seed=8), dtype=torch.float64)
+    cache = m.new_cache(2, 16)
+    with pytest.raises(ValueError, match="longer than the KV cache"):
+        m.plan([0, 1], [10, 0], [7, 1], cache)

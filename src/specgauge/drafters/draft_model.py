@@ -3,9 +3,9 @@
 Greedy drafting makes the proposal a deterministic function of the history, so q is one-hot and the
 replay theorem applies (``deterministic = True``). Two users:
 
-* the embedded engine calls ``propose_batch`` once per step for all running requests: one padded
-  forward catches each request's draft KV cache up with its history, then k-1 single-token forwards
-  extend every row. The cache keeps what it has computed; when the target rejects a draft the next
+* the embedded engine calls ``propose_batch`` once per step for all running requests: one flat
+  forward (no padding) catches each request's draft KV cache up with its history, then k-1
+  single-token forwards extend every row; the drafts reach the host once, at the end. The cache keeps what it has computed; when the target rejects a draft the next
   history diverges and the cache is rolled back to the common prefix (no recomputation of the rest).
 * offline replay (``simulate``) calls ``teacher_forced_argmax`` / ``teacher_forced_logprobs``: one
   forward pass over prompt + output gives the draft's prediction at every output position.
@@ -13,6 +13,7 @@ replay theorem applies (``deterministic = True``). Two users:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,7 +72,7 @@ class DraftModelDrafter:
         self.max_batch, self.max_model_len = max_batch, max_model_len
         self._cache: KVCache | None = None  # allocated on first use (offline replay never needs it)
         self._cache_len = max_model_len + num_speculative_tokens + 2
-        self._free = list(range(max_batch))
+        self._free = list(range(max_batch))  # a heap: lowest slot first (contiguous slots are read without a copy)
         self._slot: dict[str, int] = {}
         self._cached: dict[str, list[int]] = {}  # tokens whose keys/values are in the request's slot
         self._stable: dict[str, int] = {}  # length of the history last seen (histories only grow)
@@ -82,7 +83,7 @@ class DraftModelDrafter:
             raise ValueError(f"request {request_id!r} already begun")
         if not self._free:
             raise RuntimeError(f"draft model: all {self.max_batch} cache slots in use")
-        self._slot[request_id] = self._free.pop()
+        self._slot[request_id] = heapq.heappop(self._free)
         self._cached[request_id] = []
         self._stable[request_id] = 0
 
@@ -94,13 +95,18 @@ class DraftModelDrafter:
         self._cached.pop(request_id, None)
         self._stable.pop(request_id, None)
         if slot is not None:
-            self._free.append(slot)
+            heapq.heappush(self._free, slot)
 
     # -- batched drafting for the engine ---------------------------------------------------------
     def propose_batch(
         self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]
     ) -> list[list[int]]:
-        """Greedy proposals of ``ks[i]`` tokens for each request, in 1 + (max k - 1) forwards."""
+        """Greedy proposals of ``ks[i]`` tokens for each request, in 1 + (max k - 1) batched forwards.
+
+        The first forward is flat (each request feeds only the tokens its draft cache lacks: the
+        accepted drafts and the target's extra token, or the whole prompt on a request's first
+        step); each later one feeds one token per request. The drafts stay tensors until one host
+        read at the end."""
         import torch
 
         out: list[list[int]] = [[] for _ in request_ids]
@@ -110,54 +116,37 @@ class DraftModelDrafter:
         if self._cache is None:
             self._cache = self.model.new_cache(self.max_batch, self._cache_len)
         kmax = max(ks[i] for i in rows)
-        slots, starts, feeds = [], [], []
+        slots, starts, lens, flat = [], [], [], []
         for i in rows:
-            rid, hist = request_ids[i], list(histories[i])
-            cached = self._cached[rid]
-            s = self._stable[rid] if len(hist) >= self._stable[rid] else 0
-            c = s + _common_prefix(cached[s:], hist[s:])
+            rid, hist = request_ids[i], histories[i]
+            cached, s = self._cached[rid], self._stable[rid]
+            if len(hist) < s:
+                s = 0
+            c = s + _common_prefix(cached, hist, s)
             c = min(c, len(hist) - 1)  # always feed at least the last token, to get its logits
-            feed = hist[c:]
-            if len(feed) > kmax + 1:  # a long catch-up (a new prompt): its own forward, no padding
-                self._forward([feed[:-1]], [self._slot[rid]], [c])
-                c, feed = len(hist) - 1, feed[-1:]
+            del cached[c:]
+            cached.extend(hist[c:])
+            self._stable[rid] = len(hist)
+            if len(cached) + kmax - 1 > self._cache_len:
+                raise ValueError(f"draft model: sequence longer than max_model_len={self.max_model_len}")
             slots.append(self._slot[rid])
             starts.append(c)
-            feeds.append(feed)
-            self._cached[rid] = hist
-            self._stable[rid] = len(hist)
-        tok = self._forward(feeds, slots, starts, last=True)
+            lens.append(len(hist) - c)
+            flat.extend(hist[c:])
+        last = torch.tensor(lens).cumsum(0) - 1
+        tok = self.model.forward_flat(torch.tensor(flat), slots, starts, lens, self._cache, logits_at=last).argmax(-1)
         drafts = [tok]
-        pos = torch.tensor([s + len(f) for s, f in zip(starts, feeds, strict=True)])
-        slot_t = torch.tensor(slots)
+        pos = [s + n for s, n in zip(starts, lens, strict=True)]
+        ones = [1] * len(rows)
         for _ in range(kmax - 1):
-            logits = self.model(drafts[-1][:, None], slot_t, pos, self._cache)
-            drafts.append(logits[:, -1].argmax(-1))
-            pos = pos + 1
-        all_drafts = torch.stack(drafts, 1).tolist()  # [rows, kmax]
+            tok = self.model.forward_flat(tok, slots, pos, ones, self._cache).argmax(-1)  # [rows]
+            drafts.append(tok)
+            pos = [p + 1 for p in pos]
+        all_drafts = torch.stack(drafts, 1).tolist()  # [rows, kmax]: the one host read
         for j, i in enumerate(rows):
-            rid = request_ids[i]
             out[i] = all_drafts[j][: ks[i]]
-            self._cached[rid] = self._cached[rid] + all_drafts[j][: kmax - 1]
+            self._cached[request_ids[i]].extend(all_drafts[j][: kmax - 1])  # their keys/values are cached
         return out
-
-    def _forward(
-        self, feeds: list[list[int]], slots: list[int], starts: list[int], last: bool = False
-    ) -> torch.Tensor:  # [rows] argmax at each row's last fed token (when last=True)
-        import torch
-
-        assert self._cache is not None
-        T = max(len(f) for f in feeds)
-        if max(s + len(f) for s, f in zip(starts, feeds, strict=True)) > self._cache_len:
-            raise ValueError(f"draft model: sequence longer than max_model_len={self.max_model_len}")
-        tokens = torch.zeros(len(feeds), T, dtype=torch.long)
-        for r, f in enumerate(feeds):
-            tokens[r, : len(f)] = torch.tensor(f)
-        lens = torch.tensor([len(f) - 1 for f in feeds])
-        logits = self.model(
-            tokens, torch.tensor(slots), torch.tensor(starts), self._cache, last_only=lens if last else None
-        )
-        return logits[:, -1].argmax(-1)
 
     # -- offline replay ---------------------------------------------------------------------------
     def teacher_forced_logits(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> torch.Tensor:
@@ -191,9 +180,10 @@ class DraftModelDrafter:
         return lg.log_softmax(-1).numpy().astype(np.float32)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def _common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
+    """Length of the common prefix of ``a[start:]`` and ``b[start:]`` (no copies)."""
     n = min(len(a), len(b))
-    i = 0
+    i = start
     while i < n and a[i] == b[i]:
         i += 1
-    return i
+    return i - start

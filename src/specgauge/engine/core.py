@@ -4,18 +4,21 @@ Knows nothing about tokenisation, HTTP or wall-clock timing: callers add request
 :class:`SamplingParams`), call :meth:`Engine.step` in a loop and time the events it returns
 (nanochat ``engine.py`` style). Requests join and leave between steps. Each step
 
-1. prefills newly admitted requests (one padded target forward over their prompts) and samples their
-   first token, then
+1. prefills newly admitted requests (one flat target forward over their prompts, no padding) and
+   samples their first token, then
 2. for every other running request: one batched draft (the drafter proposes up to k tokens each) and
-   ONE batched target forward over [last token, drafts] for all of them (padded to the longest
-   proposal), followed by :func:`rejection_sample`. The verification forward grows with the batch —
-   the cost users see when they sweep concurrency.
+   ONE target forward over all requests' [last token, drafts], *flattened* as vLLM does: request b
+   contributes 1 + k_b tokens, so the forward costs what was actually drafted, not B·(k+1)
+   (``verify_layout="padded"`` pads every request to the longest proposal instead, kept for the
+   benchmark's comparison). Then :func:`rejection_sample` per request; all-greedy rows take an
+   argmax fast path with the same result.
 
 ``add_request`` and ``abort`` may be called from another thread; they take effect at the next step.
 """
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import threading
 import time
@@ -23,9 +26,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from torch import Tensor
 
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import Drafter, make_drafter
@@ -63,6 +67,7 @@ class StepTiming:
     verify_s: float = 0.0
     num_prefill: int = 0
     num_decode: int = 0
+    verify_tokens: int = 0  # tokens through the target's verification forward (padding included)
 
 
 @dataclass
@@ -73,6 +78,7 @@ class _Request:
     gen: torch.Generator
     stats: SpecStats | None
     output: list[int] = field(default_factory=list)
+    hist: list[int] = field(default_factory=list)  # prompt + output (what the drafter sees; read-only to it)
     slot: int = -1
     cached: int = 0  # tokens whose keys/values are in the target cache
 
@@ -86,6 +92,7 @@ class Engine:
         max_model_len: int = 2048,
         dtype: str | torch.dtype = "float32",
         drafter: Drafter | None = None,
+        verify_layout: Literal["flat", "padded"] = "flat",
     ) -> None:
         self.args = ModelArgs.from_dir(target_dir)
         self.model = load_model(target_dir, torch_dtype(dtype))
@@ -93,11 +100,14 @@ class Engine:
         self.k = int(self.spec.num_speculative_tokens or 0) if self.spec else 0
         if drafter is not None and not self.k:
             raise ValueError("a drafter needs a speculative_config with num_speculative_tokens")
+        if verify_layout not in ("flat", "padded"):
+            raise ValueError(f"verify_layout must be 'flat' or 'padded', got {verify_layout!r}")
+        self.verify_layout = verify_layout
         self.max_batch, self.max_model_len = max_batch, max_model_len
         self.drafter = drafter or (self._build_drafter(dtype) if self.spec else None)
         self.cache = self.model.new_cache(max_batch, max_model_len + self.k + 2)
         self.eos = set(self.args.eos_token_ids)
-        self._free = list(range(max_batch - 1, -1, -1))
+        self._free = list(range(max_batch))  # a heap: the lowest free slot first keeps running slots contiguous
         self._waiting: deque[_Request] = deque()
         self._running: dict[str, _Request] = {}
         self._incoming: deque[_Request] = deque()
@@ -143,7 +153,7 @@ class Engine:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._ids.add(request_id)
             stats = SpecStats(self.k) if self.k else None
-            self._incoming.append(_Request(request_id, prompt, params, make_generator(params.seed), stats))
+            self._incoming.append(_Request(request_id, prompt, params, make_generator(params.seed), stats, hist=list(prompt)))
 
     def abort(self, request_id: str) -> None:
         """Drop a request at the next step; its slot is freed then."""
@@ -180,7 +190,7 @@ class Engine:
         admitted: list[_Request] = []
         while self._waiting and self._free:
             r = self._waiting.popleft()
-            r.slot = self._free.pop()
+            r.slot = heapq.heappop(self._free)
             self._running[r.id] = r
             admitted.append(r)
         decoding = [r for r in self._running.values() if r not in admitted]
@@ -208,37 +218,43 @@ class Engine:
         return [self._output(r, [], 0, 0, [], True, "abort")]
 
     def _release(self, r: _Request) -> None:
-        self._free.append(r.slot)
+        heapq.heappush(self._free, r.slot)
         if self.drafter is not None:
             self.drafter.end(r.id, r.output)
 
     def _prefill(self, reqs: list[_Request]) -> list[StepOutput]:
-        T = max(len(r.prompt) for r in reqs)
-        tokens = torch.zeros(len(reqs), T, dtype=torch.long)
-        for i, r in enumerate(reqs):
-            tokens[i, : len(r.prompt)] = torch.tensor(r.prompt)
-            if self.drafter is not None:
+        lens = [len(r.prompt) for r in reqs]
+        tokens = torch.tensor([t for r in reqs for t in r.prompt])
+        if self.drafter is not None:
+            for r in reqs:
                 self.drafter.begin(r.id, r.prompt)
-        last = torch.tensor([len(r.prompt) - 1 for r in reqs])
-        logits = self.model(tokens, torch.tensor([r.slot for r in reqs]), torch.zeros(len(reqs), dtype=torch.long),
-                            self.cache, last_only=last)  # [B, 1, V]
+        last = torch.tensor(lens).cumsum(0) - 1
+        logits = self.model.forward_flat(tokens, [r.slot for r in reqs], [0] * len(reqs), lens, self.cache,
+                                         logits_at=last)  # [B, V]
         for r in reqs:
             r.cached = len(r.prompt)
-        no_drafts = [[] for _ in reqs]
-        toks, _ = self._verify(reqs, no_drafts, logits)
+        no_drafts: list[list[int]] = [[] for _ in reqs]
+        toks, _ = self._verify(reqs, no_drafts, logits, list(range(len(reqs))))
         return [self._emit(r, toks[i], 0, 0) for i, r in enumerate(reqs)]
 
     def _decode(self, reqs: list[_Request], timing: StepTiming) -> list[StepOutput]:
         t0 = time.perf_counter()
         drafts = self._propose(reqs)
         t1 = time.perf_counter()
-        K = max(len(d) for d in drafts)
-        tokens = torch.zeros(len(reqs), K + 1, dtype=torch.long)
-        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
-            tokens[i, : len(d) + 1] = torch.tensor([r.output[-1], *d])
-        start = torch.tensor([r.cached for r in reqs])
-        logits = self.model(tokens, torch.tensor([r.slot for r in reqs]), start, self.cache)  # [B, K+1, V]
-        toks, n_acc = self._verify(reqs, drafts, logits)
+        if self.verify_layout == "flat":  # request b feeds [last token, its k_b drafts]: sum(1 + k_b) tokens
+            lens = [1 + len(d) for d in drafts]
+            flat = [t for r, d in zip(reqs, drafts, strict=True) for t in (r.output[-1], *d)]
+        else:  # padded: every request feeds K + 1 tokens (K = longest proposal), padding ignored
+            K1 = 1 + max(len(d) for d in drafts)
+            lens = [K1] * len(reqs)
+            flat = [t for r, d in zip(reqs, drafts, strict=True) for t in (r.output[-1], *d, *[0] * (K1 - 1 - len(d)))]
+        logits = self.model.forward_flat(torch.tensor(flat), [r.slot for r in reqs], [r.cached for r in reqs], lens,
+                                         self.cache)  # [N, V]
+        first = [0] * len(reqs)  # flat index of each request's first row
+        for i in range(1, len(reqs)):
+            first[i] = first[i - 1] + lens[i - 1]
+        toks, n_acc = self._verify(reqs, drafts, logits, first)
+        timing.verify_tokens = len(flat)
         timing.draft_s, timing.verify_s = t1 - t0, time.perf_counter() - t1
         outs = []
         for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
@@ -252,7 +268,7 @@ class Engine:
         if self.drafter is None:
             return [[] for _ in reqs]
         ids = [r.id for r in reqs]
-        hists = [r.prompt + r.output for r in reqs]
+        hists = [r.hist for r in reqs]
         ks = [min(self.k, self.max_model_len - len(h)) for h in hists]
         batch = getattr(self.drafter, "propose_batch", None)
         if batch is not None:
@@ -262,14 +278,55 @@ class Engine:
         return [list(d)[:k] for d, k in zip(drafts, ks, strict=True)]
 
     def _verify(
-        self, reqs: list[_Request], drafts: list[list[int]], logits: torch.Tensor  # logits [B, K+1, V]
+        self,
+        reqs: list[_Request],
+        drafts: list[list[int]],
+        logits: Tensor,  # [N, V] flat: request i's rows are first[i] .. first[i] + len(drafts[i])
+        first: list[int],
     ) -> tuple[list[list[int]], list[int]]:
-        B, K1, V = logits.shape
-        K = K1 - 1
+        """Tokens each request emits this step (accepted drafts + one recovered/bonus token) and the
+        number accepted. Greedy rows: argmax; the rest: :func:`rejection_sample` on their rows."""
+        toks: list[list[int]] = [[] for _ in reqs]
+        n_acc = [0] * len(reqs)
+        greedy = [i for i, r in enumerate(reqs) if r.params.greedy]
+        if greedy:
+            # d_i is accepted iff it is argmax p_i; the extra token is argmax p_{n+1} (verify.py's greedy rule)
+            if len(greedy) == len(reqs):
+                best = logits.argmax(-1).tolist()
+                at = first
+            else:
+                rows = [first[i] + j for i in greedy for j in range(len(drafts[i]) + 1)]
+                best = logits[torch.tensor(rows)].argmax(-1).tolist()
+                at = [0] * len(reqs)
+                o = 0
+                for i in greedy:
+                    at[i], o = o, o + len(drafts[i]) + 1
+            for i in greedy:
+                d, o = drafts[i], at[i]
+                n = 0
+                while n < len(d) and d[n] == best[o + n]:
+                    n += 1
+                toks[i], n_acc[i] = d[:n] + [best[o + n]], n
+        sampled = [i for i, r in enumerate(reqs) if not r.params.greedy]
+        if sampled:
+            self._verify_sampled([reqs[i] for i in sampled], [drafts[i] for i in sampled], logits,
+                                 [first[i] for i in sampled], toks, n_acc, sampled)
+        return toks, n_acc
+
+    def _verify_sampled(
+        self, reqs: list[_Request], drafts: list[list[int]], logits: Tensor, first: list[int],
+        toks: list[list[int]], n_acc: list[int], where: list[int],
+    ) -> None:
+        B = len(reqs)
+        K = max(len(d) for d in drafts)
+        K1 = K + 1
+        V = logits.shape[-1]
+        # each request's rows, padded to K + 1 by repeating its last row (padding is never read)
+        rows = torch.tensor([first[i] + min(j, len(d)) for i, d in enumerate(drafts) for j in range(K1)])
         ps = [r.params for r in reqs]
         rep = lambda xs: torch.tensor(xs).repeat_interleave(K1)  # noqa: E731
         probs = logits_to_probs(
-            logits.reshape(B * K1, V), rep([p.temperature for p in ps]).float(),
+            logits[rows], rep([p.temperature for p in ps]).float(),
             rep([p.top_k for p in ps]).long(), rep([p.top_p for p in ps]).float(),
         ).view(B, K1, V)
         draft_t = torch.zeros(B, K, dtype=torch.long)
@@ -279,14 +336,15 @@ class Engine:
         for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
             if d:
                 draft_t[i, : len(d)] = torch.tensor(d)
-            if not r.params.greedy:  # each request's own generator: a seed reproduces it in any batch
-                uniform[i, : len(d)] = torch.rand(len(d), generator=r.gen)
-                noise[i, : len(d) + 1] = torch.empty(len(d) + 1, V).exponential_(generator=r.gen)
-        greedy = torch.tensor([p.greedy for p in ps])
+            # each request's own generator: a seed reproduces it in any batch
+            uniform[i, : len(d)] = torch.rand(len(d), generator=r.gen)
+            noise[i, : len(d) + 1] = torch.empty(len(d) + 1, V).exponential_(generator=r.gen)
+        greedy = torch.zeros(B, dtype=torch.bool)
         out, n = rejection_sample(draft_t, num_draft, probs, None, greedy, uniform, noise)
         n_list = n.tolist()
-        rows = out.tolist()
-        return [row[: n_list[i] + 1] for i, row in enumerate(rows)], n_list
+        out_rows = out.tolist()
+        for i, w in enumerate(where):
+            toks[w], n_acc[w] = out_rows[i][: n_list[i] + 1], n_list[i]
 
     def _emit(self, r: _Request, toks: list[int], drafted: int, accepted: int) -> StepOutput:
         new: list[int] = []
@@ -294,6 +352,7 @@ class Engine:
         for t in toks:  # clip at max_tokens and at the first stop / EOS token
             new.append(t)
             r.output.append(t)
+            r.hist.append(t)
             if t in r.params.stop_token_ids or (not r.params.ignore_eos and t in self.eos):
                 reason = "stop"
             elif len(r.output) >= r.params.max_tokens:

@@ -1,16 +1,31 @@
 """A lean Llama / Qwen2 / Qwen3 causal LM with a slot-based KV cache (gpt-fast ``model.py`` style).
 
 This module knows nothing about tokenisation, sampling or speculation. It loads ``config.json`` and
-``*.safetensors`` from a local Hugging Face directory and runs a batched forward pass in which every
-row writes its keys/values into its own cache *slot* at its own offset. Rolling back rejected tokens
-is free: the caller simply forgets them by passing a smaller ``start`` next time (stale entries past a
-row's length are never attended to, because the causal mask is built from positions, and they are
-overwritten by the next write).
+``*.safetensors`` from a local Hugging Face directory and runs a forward pass over a *flattened*
+batch: the new tokens of B sequences packed into one row of N = sum(lens) tokens (vLLM's layout),
+each sequence writing its keys/values into its own cache *slot* at its own offset. Linear layers see
+exactly N tokens, no padding; attention is per-sequence causal over that sequence's cache
+("varlen": sequences with the same number of new tokens share one attention call, so a decode batch
+costs one call and a verification batch one call per distinct proposal length).
+
+Rolling back rejected tokens is free: the caller simply forgets them by passing a smaller ``start``
+next time (stale entries past a sequence's length are never attended to, because the mask is built
+from positions, and they are overwritten by the next write).
+
+Two entry points share one implementation: ``forward_flat(tokens[N], slots, starts, lens, ...)``
+and the padded ``forward(tokens[B, T], ...)`` (every row T long), kept for callers that think in
+rectangles.
+
+Fast-path details (numerics match transformers' Llama to float rounding, checked by the tests):
+q/k projection rows are stored with each head's two RoPE halves interleaved, so RoPE is one complex
+multiply (attention scores are invariant under the same permutation of q and k); RMSNorm is
+``F.rms_norm`` in float32/float64; residual adds are fused into ``addmm``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +93,14 @@ class ModelArgs:
         )
 
 
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    if x.dtype in (torch.float32, torch.float64):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    xf = x.float()  # half precision: normalise in float32, as transformers does
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -85,20 +108,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+        return _rms_norm(x, self.weight, self.eps)
 
 
 class KVCache:
     """Keys and values for ``num_slots`` sequences of up to ``max_len`` tokens, per layer.
 
     Layout per layer: [num_slots, max_len, num_kv_heads, head_dim]. Lengths live with the caller.
+    Keys are stored with each head's RoPE halves interleaved (see the module docstring).
     """
 
     def __init__(self, args: ModelArgs, num_slots: int, max_len: int, dtype: torch.dtype) -> None:
@@ -106,6 +123,31 @@ class KVCache:
         self.k = [torch.zeros(shape, dtype=dtype) for _ in range(args.num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype) for _ in range(args.num_layers)]
         self.num_slots, self.max_len = num_slots, max_len
+
+
+@dataclass
+class _Group:
+    """Sequences with the same number T of new tokens: one attention call."""
+
+    tok: Tensor | None  # [Bg*T] indices into the flat tokens (None: all N tokens, in order)
+    slot: int  # first slot when ``contiguous``
+    slot_t: Tensor | None  # [Bg] slots, when they are not a contiguous range
+    bg: int
+    t: int
+    kv_len: int  # L: keys each call reads (the longest sequence in the group)
+    mask: Tensor | None  # [Bg, 1, g*T, L] bool (g = query heads per kv head), True = may attend; None: all L keys (or causal)
+    causal: bool  # one sequence starting at 0: plain causal mask
+
+
+@dataclass
+class ForwardPlan:
+    """Where each of the N flat tokens goes: positions, cache writes, attention groups, RoPE."""
+
+    n: int
+    pos: Tensor  # [N] int64 absolute positions
+    write: tuple[int, int] | tuple[Tensor, Tensor]  # (slot, first position) of one sequence, or ([N] slots, [N] positions)
+    rope: Tensor  # [N, 1, D/2] complex: e^{i pos theta_j}
+    groups: list[_Group]
 
 
 class Block(nn.Module):
@@ -122,43 +164,72 @@ class Block(nn.Module):
         self.q_norm = RMSNorm(a.head_dim, a.rms_norm_eps) if a.qk_norm else None
         self.k_norm = RMSNorm(a.head_dim, a.rms_norm_eps) if a.qk_norm else None
 
-    def forward(
-        self,
-        x: Tensor,  # [B, T, hidden]
-        cos: Tensor,  # [B, T, 1, head_dim]
-        sin: Tensor,  # [B, T, 1, head_dim]
-        k_cache: Tensor,  # [S, M, Hkv, D]
-        v_cache: Tensor,  # [S, M, Hkv, D]
-        slots: Tensor,  # [B] int64
-        pos: Tensor,  # [B, T] int64, absolute positions (clamped into the cache)
-        mask: Tensor,  # [B, 1, T, L] bool, True = may attend
-        kv_len: int,  # L
-    ) -> Tensor:
+    def forward(self, x: Tensor, p: ForwardPlan, k_cache: Tensor, v_cache: Tensor) -> Tensor:
+        # x [N, hidden]; k_cache, v_cache [S, M, Hkv, D]
         a = self.a
-        B, T, _ = x.shape
-        h = self.attn_norm(x)
-        qkv = self.wqkv(h)
-        nq, nkv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-        q = qkv[..., :nq].view(B, T, a.num_heads, a.head_dim)
-        k = qkv[..., nq : nq + nkv].view(B, T, a.num_kv_heads, a.head_dim)
-        v = qkv[..., nq + nkv :].view(B, T, a.num_kv_heads, a.head_dim)
+        N = x.shape[0]
+        H, Hkv, D = a.num_heads, a.num_kv_heads, a.head_dim
+        nq, nkv = H * D, Hkv * D
+        qkv = F.linear(_rms_norm(x, self.attn_norm.weight, a.rms_norm_eps), self.wqkv.weight, self.wqkv.bias)
+        qk = qkv[:, : nq + nkv].view(N, H + Hkv, D)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        k_cache[slots[:, None], pos] = k
-        v_cache[slots[:, None], pos] = v
-        if B == 1:
-            ks, vs = k_cache[int(slots[0]), :kv_len][None], v_cache[int(slots[0]), :kv_len][None]
+            qk = torch.cat([_rms_norm(qk[:, :H], self.q_norm.weight, a.rms_norm_eps),
+                            _rms_norm(qk[:, H:], self.k_norm.weight, a.rms_norm_eps)], 1)
+        qk = _rope(qk, p.rope)  # [N, H+Hkv, D]
+        k, v = qk[:, H:], qkv[:, nq + nkv :].view(N, Hkv, D)
+        if len(p.write) == 2 and isinstance(p.write[0], int):
+            slot, p0 = p.write  # one sequence: its new tokens are a contiguous range of its slot
+            k_cache[slot, p0 : p0 + N] = k
+            v_cache[slot, p0 : p0 + N] = v
         else:
-            ks, vs = k_cache[slots, :kv_len], v_cache[slots, :kv_len]
-        o = F.scaled_dot_product_attention(
-            q.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), attn_mask=mask,
-            enable_gqa=a.num_heads != a.num_kv_heads,
-        )  # [B, H, T, D]
-        x = x + self.wo(o.transpose(1, 2).reshape(B, T, nq))
-        gate, up = self.w13(self.ffn_norm(x)).chunk(2, dim=-1)
-        return x + self.w2(F.silu(gate) * up)
+            k_cache.index_put_(p.write, k)  # type: ignore[arg-type]
+            v_cache.index_put_(p.write, v)  # type: ignore[arg-type]
+        o = _attention(qk[:, :H], p, k_cache, v_cache, Hkv)  # [N, H*D]
+        x = torch.addmm(x, o, self.wo.weight.t())
+        gu = F.linear(_rms_norm(x, self.ffn_norm.weight, a.rms_norm_eps), self.w13.weight)
+        inter = gu.shape[1] // 2
+        return torch.addmm(x, F.silu(gu[:, :inter]) * gu[:, inter:], self.w2.weight.t())
+
+
+def _rope(qk: Tensor, rope: Tensor) -> Tensor:  # qk [N, heads, D] (halves interleaved), rope [N, 1, D/2]
+    shape = qk.shape
+    xf = qk if qk.dtype in (torch.float32, torch.float64) else qk.float()
+    out = torch.view_as_real(torch.view_as_complex(xf.unflatten(-1, (-1, 2))) * rope).flatten(-2)
+    return out.to(qk.dtype).view(shape)
+
+
+def _attention(q: Tensor, p: ForwardPlan, k_cache: Tensor, v_cache: Tensor, hkv: int) -> Tensor:
+    """q [N, H, D] -> [N, H*D]: each sequence's new tokens attend causally to its own cache.
+
+    Grouped-query attention is folded: the g = H / Hkv query heads that share a key/value head
+    become g*T query rows of that head (a view when T = 1), so keys and values are never repeated."""
+    N, H, D = q.shape
+    g_heads = H // hkv
+    out = None if len(p.groups) == 1 and p.groups[0].tok is None else q.new_empty(N, H * D)
+    for g in p.groups:
+        qg = q if g.tok is None else q[g.tok]
+        if g.slot_t is None:
+            ks, vs = k_cache[g.slot : g.slot + g.bg, : g.kv_len], v_cache[g.slot : g.slot + g.bg, : g.kv_len]
+        else:
+            ks = k_cache[:, : g.kv_len].index_select(0, g.slot_t)
+            vs = v_cache[:, : g.kv_len].index_select(0, g.slot_t)
+        ks, vs = ks.transpose(1, 2), vs.transpose(1, 2)  # [Bg, Hkv, L, D]
+        if g.causal:  # one prompt from position 0: plain causal attention, heads unfolded
+            o = F.scaled_dot_product_attention(qg.view(g.bg, g.t, H, D).transpose(1, 2), ks, vs, is_causal=True,
+                                               enable_gqa=H != hkv)  # [Bg, H, T, D]
+            o = o.transpose(1, 2).reshape(g.bg * g.t, H * D)
+        elif g.t == 1:
+            o = F.scaled_dot_product_attention(qg.view(g.bg, hkv, g_heads, D), ks, vs, attn_mask=g.mask)
+            o = o.view(g.bg, H * D)  # [Bg, Hkv, g, D] is already head-major
+        else:  # rows (j, t) of kv head h: query head h*g + j at new token t
+            qf = qg.view(g.bg, g.t, hkv, g_heads, D).permute(0, 2, 3, 1, 4).reshape(g.bg, hkv, g_heads * g.t, D)
+            o = F.scaled_dot_product_attention(qf, ks, vs, attn_mask=g.mask)  # [Bg, Hkv, g*T, D]
+            o = o.view(g.bg, hkv, g_heads, g.t, D).permute(0, 3, 1, 2, 4).reshape(g.bg * g.t, H * D)
+        if out is None:
+            return o
+        out[g.tok] = o
+    assert out is not None
+    return out
 
 
 class Transformer(nn.Module):
@@ -171,9 +242,86 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
         inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
         self.register_buffer("inv_freq", inv.float(), persistent=False)
+        self._rope_table: Tensor | None = None  # [positions, D/2] complex, grown on demand
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         return KVCache(self.args, num_slots, max_len, self.embed.weight.dtype)
+
+    # -- the attention layout ----------------------------------------------------------------------
+    def plan(self, slots: Sequence[int], starts: Sequence[int], lens: Sequence[int], cache: KVCache) -> ForwardPlan:
+        """Metadata for one flat forward: sequence b feeds ``lens[b]`` new tokens at positions
+        ``starts[b]..`` into cache slot ``slots[b]`` (flat tokens are sequence 0's, then 1's, ...)."""
+        B = len(slots)
+        if not B == len(starts) == len(lens) or min(lens, default=0) < 1:
+            raise ValueError("plan: slots, starts and lens must have one entry per sequence, lens >= 1")
+        ends = [s + n for s, n in zip(starts, lens, strict=True)]
+        if max(ends) > cache.max_len:
+            raise ValueError(f"sequence longer than the KV cache ({max(ends)} > {cache.max_len} positions)")
+        N = sum(lens)
+        if B == 1:
+            pos = torch.arange(starts[0], ends[0])
+            write: tuple[int, int] | tuple[Tensor, Tensor] = (int(slots[0]), int(starts[0]))
+        else:
+            pos = torch.tensor([p for s, e in zip(starts, ends, strict=True) for p in range(s, e)])
+            write = (torch.tensor([sl for sl, n in zip(slots, lens, strict=True) for _ in range(n)]), pos)
+        by_len: dict[int, list[int]] = {}
+        for b, n in enumerate(lens):
+            by_len.setdefault(n, []).append(b)
+        groups = []
+        first = [0] * B
+        for b in range(1, B):
+            first[b] = first[b - 1] + lens[b - 1]
+        for t, rows in by_len.items():
+            bg = len(rows)
+            rows.sort(key=lambda b: slots[b])  # slot order: a contiguous run of slots is read as a view, not copied
+            tok = None
+            if bg != B or rows != list(range(B)):
+                tok = torch.tensor([first[b] + j for b in rows for j in range(t)])
+            gslots = [int(slots[b]) for b in rows]
+            contiguous = gslots == list(range(gslots[0], gslots[0] + bg))
+            kv_len = max(ends[b] for b in rows)
+            mask, causal = None, False
+            if bg == 1 and ends[rows[0]] == kv_len and (t == 1 or starts[rows[0]] == 0):
+                causal = t > 1  # one sequence: all its keys (decode) or plain causal (prefill from 0)
+            else:
+                qpos = torch.tensor([[starts[b] + j for j in range(t)] for b in rows])  # [Bg, T]
+                mask = (torch.arange(kv_len)[None, None, :] <= qpos[:, :, None])[:, None]  # [Bg, 1, T, L]
+                if t > 1:  # the folded query rows (j, t): mask row t repeated for each of the g heads
+                    gh = self.args.num_heads // self.args.num_kv_heads
+                    mask = mask[:, :, None].expand(bg, 1, gh, t, kv_len).reshape(bg, 1, gh * t, kv_len)
+            groups.append(_Group(tok, gslots[0], None if contiguous else torch.tensor(gslots), bg, t, kv_len,
+                                 mask, causal))
+        return ForwardPlan(N, pos, write, self._rope_at(pos, max(ends)), groups)
+
+    def _rope_at(self, pos: Tensor, upto: int) -> Tensor:
+        tab = self._rope_table
+        if tab is None or tab.shape[0] < upto:
+            n = max(upto, 2 * (0 if tab is None else tab.shape[0]), 256)
+            freqs = torch.arange(n, dtype=torch.float32)[:, None] * self.inv_freq[None, :]  # [n, D/2]
+            cdt = torch.float64 if self.embed.weight.dtype == torch.float64 else torch.float32
+            tab = torch.polar(torch.ones_like(freqs, dtype=cdt), freqs.to(cdt))
+            self._rope_table = tab
+        return tab[pos][:, None]  # [N, 1, D/2]
+
+    # -- forward -----------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward_flat(
+        self,
+        tokens: Tensor,  # [N] int64: sequence 0's new tokens, then sequence 1's, ...
+        slots: Sequence[int],  # [B] cache slot of each sequence
+        starts: Sequence[int],  # [B] tokens already cached for each sequence (its first new token's position)
+        lens: Sequence[int],  # [B] new tokens of each sequence (>= 1), sum = N
+        cache: KVCache,
+        logits_at: Tensor | None = None,  # [M] int64 flat indices to return logits for (None: all N)
+        plan: ForwardPlan | None = None,  # a plan made by ``plan`` for these arguments (saves rebuilding it)
+    ) -> Tensor:  # logits [M or N, V] float32
+        p = plan or self.plan(slots, starts, lens, cache)
+        x = F.embedding(tokens, self.embed.weight)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, p, cache.k[i], cache.v[i])
+        if logits_at is not None:
+            x = x[logits_at]
+        return F.linear(_rms_norm(x, self.norm.weight, self.args.rms_norm_eps), self.lm_head.weight).float()
 
     @torch.inference_mode()
     def forward(  # type: ignore[override]
@@ -184,21 +332,11 @@ class Transformer(nn.Module):
         cache: KVCache,
         last_only: Tensor | None = None,  # [B] int64: return logits only at this index of each row
     ) -> Tensor:  # logits [B, T, V] float32, or [B, 1, V] when last_only is given
+        """The padded form: every row feeds T tokens (one flat forward of B*T tokens)."""
         B, T = tokens.shape
-        t = torch.arange(T)
-        pos = start[:, None] + t  # [B, T]
-        kv_len = min(int(pos.max()) + 1, cache.max_len)
-        pos_w = pos.clamp(max=cache.max_len - 1)
-        mask = (torch.arange(kv_len)[None, None, :] <= pos[:, :, None])[:, None]  # [B, 1, T, L]
-        freqs = pos.to(torch.float32)[..., None] * self.inv_freq  # [B, T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
-        x = self.embed(tokens)
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache.k[i], cache.v[i], slots, pos_w, mask, kv_len)
-        if last_only is not None:
-            x = x[torch.arange(B), last_only][:, None]
-        return self.lm_head(self.norm(x)).float()
+        at = None if last_only is None else torch.arange(B) * T + last_only
+        logits = self.forward_flat(tokens.reshape(-1), slots.tolist(), start.tolist(), [T] * B, cache, at)
+        return logits.view(B, 1 if at is not None else T, -1)
 
 
 def _read_weights(model_dir: Path) -> dict[str, Tensor]:
@@ -209,6 +347,12 @@ def _read_weights(model_dir: Path) -> dict[str, Tensor]:
     for f in files:
         sd.update(load_file(str(f)))
     return sd
+
+
+def _interleave_halves(w: Tensor, head_dim: int) -> Tensor:
+    """Reorder each head's rows [x_0..x_{D/2-1}, y_0..y_{D/2-1}] to [x_0, y_0, x_1, y_1, ...] (RoPE pairs adjacent)."""
+    shape = w.shape
+    return w.reshape(-1, 2, head_dim // 2, *shape[1:]).transpose(1, 2).reshape(shape)
 
 
 def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Transformer:
@@ -224,6 +368,7 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Tra
         except KeyError:
             raise ModelLoadError(f"{model_dir}: weight {name!r} missing") from None
 
+    D = a.head_dim
     new: dict[str, Tensor] = {"embed.weight": take("embed_tokens.weight"), "norm.weight": take("norm.weight")}
     head = sd.pop("lm_head.weight", None)
     if head is None:
@@ -233,17 +378,19 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Tra
     new["lm_head.weight"] = head
     for i in range(a.num_layers):
         p = f"layers.{i}."
-        new[p + "wqkv.weight"] = torch.cat([take(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+        q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
+        new[p + "wqkv.weight"] = torch.cat([_interleave_halves(q, D), _interleave_halves(k, D), v])
         if a.qkv_bias:
-            new[p + "wqkv.bias"] = torch.cat([take(p + f"self_attn.{n}_proj.bias") for n in "qkv"])
+            qb, kb, vb = (take(p + f"self_attn.{n}_proj.bias") for n in "qkv")
+            new[p + "wqkv.bias"] = torch.cat([_interleave_halves(qb, D), _interleave_halves(kb, D), vb])
         new[p + "wo.weight"] = take(p + "self_attn.o_proj.weight")
         new[p + "w13.weight"] = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")])
         new[p + "w2.weight"] = take(p + "mlp.down_proj.weight")
         new[p + "attn_norm.weight"] = take(p + "input_layernorm.weight")
         new[p + "ffn_norm.weight"] = take(p + "post_attention_layernorm.weight")
         if a.qk_norm:
-            new[p + "q_norm.weight"] = take(p + "self_attn.q_norm.weight")
-            new[p + "k_norm.weight"] = take(p + "self_attn.k_norm.weight")
+            new[p + "q_norm.weight"] = _interleave_halves(take(p + "self_attn.q_norm.weight"), D)
+            new[p + "k_norm.weight"] = _interleave_halves(take(p + "self_attn.k_norm.weight"), D)
     with torch.device("meta"):
         model = Transformer(a)
     model.load_state_dict(new, strict=True, assign=True)
@@ -259,4 +406,4 @@ def cache_bytes(a: ModelArgs, num_slots: int, max_len: int, dtype: torch.dtype) 
     return 2 * a.num_layers * num_slots * max_len * a.num_kv_heads * a.head_dim * torch.finfo(dtype).bits // 8
 
 
-__all__ = ["KVCache", "ModelArgs", "ModelLoadError", "Transformer", "cache_bytes", "load_model"]
+__all__ = ["ForwardPlan", "KVCache", "ModelArgs", "ModelLoadError", "Transformer", "cache_bytes", "load_model"]
