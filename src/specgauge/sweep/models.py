@@ -185,11 +185,13 @@ class SweepManifest(BaseModel):
     @classmethod
     def load(cls, path: Path) -> SweepManifest:
         """From ``sweep.json`` or the directory holding it."""
+        if not path.exists():
+            raise SweepError(f"{path}: no such file or directory (expected a sweep directory holding {MANIFEST})")
         p = path / MANIFEST if path.is_dir() else path
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise SweepError(f"{p}: no such file (is {path} a sweep output directory?)") from None
+            raise SweepError(f"{path}: no {MANIFEST} here (is it a sweep output directory?)") from None
         except (OSError, UnicodeDecodeError) as e:
             raise SweepError(f"{p}: cannot read: {e}") from None
         except json.JSONDecodeError as e:

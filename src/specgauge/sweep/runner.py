@@ -143,12 +143,14 @@ def run_grid(
     warmup: int = 1,
     timeout: float = 600.0,
     on_cell: Callable[[CellRun], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> SweepResult:
     """Bench every cell (see the module docstring); returns the manifest as it stands at the end.
 
     ``console``: a rich console for bench's progress bars and one line per cell (None: silent).
     ``warmup``: requests each cell sends first and never records (a fresh server's first requests
-    pay its warm-up). ``on_cell`` is called after each cell's status is saved."""
+    pay its warm-up). ``on_cell`` is called after each cell's status is saved. ``clock``: seconds, for
+    the time budget (a test passes its own)."""
     from specgauge.bench import BenchConfig, run_bench
 
     if time_budget_s is not None and time_budget_s <= 0:
@@ -164,7 +166,7 @@ def run_grid(
     m = _open_manifest(out_dir, settings, target, cells, resume, time_budget_s)
     m.save(out_dir)
     result = SweepResult(out_dir=out_dir, manifest=m)
-    t0 = time.monotonic()
+    t0 = clock()
     max_batch = max(c.concurrency for c in cells)
     wanted = {(c.label, c.concurrency) for c in cells}
 
@@ -178,7 +180,7 @@ def run_grid(
             console.print(text, highlight=False, markup=False)
 
     def budget_left() -> bool:
-        return time_budget_s is None or time.monotonic() - t0 < time_budget_s
+        return time_budget_s is None or clock() - t0 < time_budget_s
 
     def skip(recs: list[CellRun], why: str) -> None:
         for r in recs:
@@ -187,7 +189,7 @@ def run_grid(
 
     def spent_reason() -> str:
         assert time_budget_s is not None
-        return f"time budget of {_fmt_budget(time_budget_s)} spent before this cell ({time.monotonic() - t0:.0f} s elapsed)"
+        return f"time budget of {_fmt_budget(time_budget_s)} spent before this cell ({clock() - t0:.0f} s elapsed)"
 
     running: CellRun | None = None
     for label, spec in specs.items():
