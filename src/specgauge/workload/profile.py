@@ -295,7 +295,8 @@ def _token_counting(tokenizer: Tokenizer, counted: int, is_models: Counter[str],
     else:
         parts = []
         if is_models["other"]:
-            others = ", ".join(m for m in models if model_match(tokenizer, m) is False)
+            other_names = [m for m, _ in models.most_common() if model_match(tokenizer, m) is False]
+            others = ", ".join(other_names[:5]) + (f" and {len(other_names) - 5} more" if len(other_names) > 5 else "")
             parts.append(f"{is_models['other']} name another model ({others}) than the one {tokenizer.name} belongs to")
         if is_models["unknown"]:
             parts.append(f"{is_models['unknown']} name no model, so nothing says {tokenizer.name} is their model's tokenizer")
