@@ -75,6 +75,11 @@ class BenchConfig(BaseModel):
     progress: bool = True
     memory_interval: float = Field(default=1.0, gt=0)
     fsync: bool = False
+    #: send from N async Ray actors (``specgauge[ray]``; ``specgauge.scale.loadgen``); None: this process
+    ray_workers: int | None = Field(default=None, ge=1)
+    #: the Ray cluster: None / "auto" (RAY_ADDRESS, the latest cluster here, else a new local one) or an address
+    ray_address: str | None = None
+    ray_worker_cpus: float = Field(default=0.25, gt=0)  #: CPUs reserved per load-generator actor
 
     @field_validator("dialect")
     @classmethod
@@ -266,6 +271,11 @@ async def _session_run(
             bad = [r for r in wrecs if not r.ok]
             if bad:
                 run.warnings.append(f"{len(bad)} of {cfg.warmup} warm-up requests failed: {bad[0].error}")
+        ray_gen = None
+        if cfg.ray_workers:  # start the actors and sync clocks before the counters and the clock start
+            from specgauge.scale.loadgen import RayLoadGen
+
+            ray_gen = RayLoadGen.start(cfg.ray_workers, cfg.ray_address, settings, dialect, cfg.ray_worker_cpus)
         before, why = await scrape(session, cfg.base_url, headers)
         if why:
             run.warnings.append(f"no counter snapshot: {why}")
@@ -278,10 +288,22 @@ async def _session_run(
         kv: list[dict[str, Any]] = []
         kv_task = asyncio.get_running_loop().create_task(_sample_kv(session, cfg, headers, dialect, kv)) if before else None
         t0 = time.perf_counter()
+        recs: list[RequestRecord] = []
         try:
-            recs = await runner.run([(i, r, t) for (i, r), t in zip(todo, times)])
+            plan = [(i, r, t) for (i, r), t in zip(todo, times)]
+            if ray_gen is not None:
+                recs = await ray_gen.run(plan, on_record)
+                t0 = ray_gen.start_perf
+            else:
+                recs = await runner.run(plan)
         finally:
             sess_info["duration_s"] = time.perf_counter() - t0
+            if ray_gen is not None:
+                from specgauge.scale.loadgen import public_info
+
+                sess_info["ray"] = public_info(ray_gen, recs)
+                run.warnings.extend(ray_gen.death_warnings())
+                ray_gen.close()
             await mem.stop()
             sess_info["memory"] = mem.summary()
             if kv_task is not None:

@@ -31,6 +31,7 @@ class FailureKind(str, Enum):
     malformed_sse = "malformed_sse"  #: bytes that are not Server-Sent Events
     invalid_json = "invalid_json"  #: an SSE data line (or a plain body) that is not JSON
     error_payload = "error_payload"  #: the server sent ``{"error": …}`` instead of a completion
+    worker_lost = "worker_lost"  #: the load-generator worker sending it died mid-request (``bench --ray-workers``)
 
 
 class TokenCountSource(str, Enum):

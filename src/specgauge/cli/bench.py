@@ -39,6 +39,8 @@ def bench(
     dialect: Annotated[str, typer.Option("--dialect", help="auto, vllm, sglang, llamacpp, specgauge.")] = "auto",
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token (never written to results).")] = None,
     segment_by: SegmentOpt = None,
+    ray_workers: Annotated[int | None, typer.Option("--ray-workers", min=1, help="Send from N async Ray actors (specgauge[ray]), one schedule shared out; records stream back to one results.jsonl.")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray-workers; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
 ) -> None:
     """Live benchmark: throughput, TTFT/TPOT/ITL/E2E percentiles, failures, acceptance from the server's counters."""
     from specgauge.bench import BenchConfig, format_summary, run_bench
@@ -50,6 +52,8 @@ def bench(
         raise ConfigError(f"--max-concurrency {max_concurrency!r}: expected integers like 1,4,16") from None
     if goodput:  # vLLM takes "--goodput ttft:500 tpot:50"; accept that quoted, or the flag repeated
         goodput = [g for item in goodput for g in item.split()]
+    if ray_address and not ray_workers:
+        raise ConfigError("--ray-address: only with --ray-workers N")
     failed = False
     for c in concs:
         out = output_dir / f"c{c}" if len(concs) > 1 else output_dir
@@ -58,7 +62,7 @@ def bench(
             max_concurrency=c, request_rate=request_rate, burstiness=burstiness, num_prompts=num_prompts, seed=seed,
             self_timed=trace, trace_speed=trace_speed, goodput=goodput, percentile_metrics=percentile_metrics,
             metric_percentiles=metric_percentiles, warmup=num_warmups, timeout=timeout, resume=resume, dialect=dialect,
-            api_key=api_key, segment_by=segment_by,
+            api_key=api_key, segment_by=segment_by, ray_workers=ray_workers, ray_address=ray_address,
         )
         result = run_bench(cfg, console=err_console)
         console.print(format_summary(result.summary), highlight=False, markup=False)

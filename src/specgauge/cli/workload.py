@@ -68,6 +68,10 @@ def simulate(
     as_json: JsonOpt = False,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per segment × method × k to this file.")] = None,
     per_request: Annotated[Path | None, typer.Option("--per-request", help="Append per-request acceptance rows (JSONL) to this file as they are computed.")] = None,
+    partition_by: Annotated[str | None, typer.Option("--partition-by", help="Field path (or 're:REGEX') naming the server/cache of each request: one suffix cache per value, each in arrival order.")] = None,
+    ray: Annotated[bool, typer.Option("--ray", help="Replay on a Ray cluster (specgauge[ray]); the same result as without.")] = False,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
+    split_streams: Annotated[int, typer.Option("--split-streams", min=1, help="With --ray: cut each suffix stream into N pieces with cold caches (APPROXIMATE; the error is measured and printed).")] = 1,
 ) -> None:
     """Acceptance per method, k and segment, replayed offline from logged outputs; predicted speedup."""
     from rich.progress import (
@@ -101,13 +105,28 @@ def simulate(
         workload=workload_paths(workload),
         load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
         methods=methods, ks=ks, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
-        per_request_out=per_request, draft_sampling=draft_sampling,
+        per_request_out=per_request, draft_sampling=draft_sampling, partition_by=partition_by,
     )
+    if split_streams > 1 and not ray:
+        raise ConfigError("--split-streams: only with --ray (without it every stream is replayed exactly, in one pass)")
+    if ray_address and not ray:
+        raise ConfigError("--ray-address: only with --ray")
     tok = resolve_tokenizer(tokenizer)
     with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=as_json) as prog:
         task = prog.add_task("replay", total=limit)
-        result = run_simulate(cfg, tok, on_request=lambda n: prog.update(task, completed=n))
+        if ray:
+            from specgauge.scale.replay import RayReplayConfig, simulate_on_ray
+
+            result, spread = simulate_on_ray(cfg, tok, RayReplayConfig(address=ray_address, split_streams=split_streams),
+                                             on_request=lambda n: prog.update(task, completed=n))
+            err_console.print(f"ray: {spread.cluster}, {spread.files} file(s) in {spread.record_blocks} block(s); "
+                              f"per-request methods: {spread.per_request_stage}; {spread.stream_tasks} stream task(s); "
+                              f"{spread.seconds:.1f} s", highlight=False, markup=False)
+            for note in spread.notes:
+                err_console.print(f"ray: {note}", highlight=False, markup=False)
+        else:
+            result = run_simulate(cfg, tok, on_request=lambda n: prog.update(task, completed=n))
     if csv_out is not None:
         from specgauge.report.tables import simulation_rows, write_csv
 
