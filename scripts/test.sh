@@ -23,4 +23,6 @@ fi
 
 command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "WARNING: chromium could not be installed; the HTML report browser test will skip" >&2
 .venv/bin/python -c "import arctic_inference.suffix_decoding" 2>/dev/null || { .venv/bin/python -m pip install -q nanobind==2.9.2 grpcio-tools wheel 2>&1 | grep -v "is ignored"; PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-build-isolation 'arctic-inference==0.3.0' 2>&1 | grep -v "is ignored"; .venv/bin/python -c "import arctic_inference.suffix_decoding"; } || echo "WARNING: arctic-inference (native suffix drafter backend) did not install; its tests will skip" >&2
+.venv/bin/python -c "import ray.data" 2>/dev/null || .venv/bin/python -m pip install -q -e '.[ray]' 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -c "import ray.data" 2>/dev/null || echo "WARNING: Ray (specgauge[ray]) did not install; the scale-out tests will skip" >&2
 exec .venv/bin/python -m pytest -q "$@"
