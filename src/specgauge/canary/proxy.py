@@ -1,0 +1,404 @@
+"""The OpenAI-compatible reverse proxy (aiohttp server, aiohttp client upstream). HTTP only: where
+a request goes, how its bytes flow, what is recorded; the weights and the judging live elsewhere
+(``ProxyHost``: the service).
+
+``/v1/chat/completions`` and ``/v1/completions`` (streamed or not) are routed by weight and session
+(``routing``); every other path (``/v1/models`` included) goes to the baseline untouched. The proxy
+answers ``/health``, ``/metrics`` (its own) and ``/canary/status`` itself.
+
+Bytes: the request body is sent upstream as received; response bytes are written to the client as
+they arrive (each read is forwarded before it is parsed, nothing is buffered), and a copy is parsed
+for the record (``observe.Capture``). Headers pass through except hop-by-hop ones; the client's
+``Authorization`` reaches the upstream and nothing else (never a log, never a record). Upstreams
+are asked for ``identity`` encoding, so the client gets what the server wrote.
+
+No request lost to the experiment: a candidate attempt that fails before its first body byte — no
+connection, an HTTP error, no first byte within ``first_byte_timeout_s``, a first event that is not
+SSE/JSON or is an error — is answered by the baseline instead (the client's headers are only sent once the first byte
+is in hand). A candidate stream that breaks after bytes were sent cannot be retried: the client's
+connection is cut the same way (so the client sees a broken stream, not a short success) and the
+failure counts against the candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from specgauge.canary.observe import Capture, Role, Side, build_record, is_greedy, pairing_key
+from specgauge.canary.routing import Router, session_key, to_candidate
+from specgauge.loadgen.dialects import Dialect
+from specgauge.loadgen.runner import classify_failure
+from specgauge.records import FailureKind, RequestRecord
+
+TAG_HEADER = "X-Specgauge-Canary"
+_REQ_DROP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+                       "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"))
+_RESP_DROP = frozenset(("connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "date",
+                        "server", "trailer"))
+ROUTED = ("/v1/chat/completions", "/v1/completions")
+
+
+def client_error(status: int | None) -> bool:
+    """A 4xx that says the request itself is wrong (not 408/429, which are the server's state)."""
+    return status is not None and 400 <= status < 500 and status not in (408, 429)
+
+
+class ProxyHost(Protocol):
+    """What the proxy needs from the service that owns the weights and the windows."""
+
+    def live_weight(self) -> float: ...
+    def mirror_weight(self) -> float: ...
+    def record(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, pair_key: str | None,
+               client_gone: bool, client_error: bool) -> None: ...
+    def status(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class Upstream:
+    side: Side
+    base_url: str  #: may carry user:password; never logged (``config.public_url``)
+    session: aiohttp.ClientSession
+    dialect: Dialect
+
+
+@dataclass(slots=True)
+class _Req:
+    seq: int
+    rid: str
+    path_qs: str
+    body: bytes
+    obj: dict[str, Any] | None
+    headers: dict[str, str]
+    stream: bool
+    point: float
+    keyed: bool
+    greedy: bool
+    pair_key: str | None = None  #: for greedy pairing (body hash in live mode, id when mirrored)
+    mirrored: bool = False
+
+
+@dataclass(slots=True)
+class _Opened:
+    resp: aiohttp.ClientResponse
+    stream: bool = False
+    first: bytes = b""
+    raw: bytes = b""
+    failure: tuple[FailureKind, str] | None = None
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A candidate attempt that failed before its first byte: recorded once the baseline answered."""
+
+    rec: RequestRecord
+    status: int | None
+
+
+def _json_obj(body: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(body) if body else None
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _short(raw: bytes) -> str:
+    return raw[:200].decode("utf-8", "replace").strip()
+
+
+class Proxy:
+    def __init__(self, host: ProxyHost, baseline: Upstream, candidate: Upstream, *, session_header: str, hash_seed: str,
+                 timeout_s: float, first_byte_timeout_s: float, shadow_max_inflight: int, tag_responses: bool,
+                 metrics_body: Any, metrics_type: str) -> None:
+        self.host = host
+        self.baseline, self.candidate = baseline, candidate
+        self.session_header = session_header
+        self.router = Router(hash_seed)
+        self.timeout_s = timeout_s
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self.shadow_max_inflight = shadow_max_inflight
+        self.tag_responses = tag_responses
+        self._metrics_body = metrics_body
+        self._metrics_type = metrics_type
+        self._seq = 0
+        self._shadow_inflight = 0
+        self.shadow_skipped = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.t0_perf = time.perf_counter()
+
+    # -- app ------------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for path in ROUTED:
+            app.router.add_post(path, self.completions)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/canary/status", self.status)
+        app.router.add_route("*", "/{tail:.*}", self.passthrough)
+        return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._metrics_body(), headers={"Content-Type": self._metrics_type})
+
+    async def status(self, request: web.Request) -> web.Response:
+        return web.json_response(self.host.status())
+
+    async def drain_shadows(self, timeout: float) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+        for t in list(self._tasks):
+            t.cancel()
+
+    # -- routed requests --------------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        seq = self._seq
+        self._seq += 1
+        body = await request.read()
+        obj = _json_obj(body)
+        point, keyed = self.router.point(session_key(request.headers, obj, self.session_header))
+        req = _Req(seq=seq, rid=f"r{seq}", path_qs=request.path_qs, body=body, obj=obj,
+                   headers=self._upstream_headers(request), stream=bool(obj is not None and obj.get("stream") is True),
+                   point=point, keyed=keyed, greedy=is_greedy(obj))
+        pending: _Pending | None = None
+        if obj is not None and to_candidate(point, self.host.live_weight()):
+            if req.greedy:
+                req.pair_key = "body:" + pairing_key(obj)
+            served = await self._serve(request, req, self.candidate, Role.live, retryable=True)
+            if isinstance(served, web.StreamResponse):
+                return served
+            pending = served
+        mirror = self.host.mirror_weight()
+        if obj is not None and pending is None and mirror > 0 and to_candidate(point, mirror):
+            req.mirrored = True
+            req.pair_key = f"id:{req.rid}" if req.greedy else None
+            self._mirror(req)
+        elif req.greedy and obj is not None and req.pair_key is None:
+            req.pair_key = "body:" + pairing_key(obj)
+        role = Role.retry if pending is not None else Role.live
+        out = await self._serve(request, req, self.baseline, role, retryable=False, pending=pending)
+        assert isinstance(out, web.StreamResponse)
+        return out
+
+    def _upstream_headers(self, request: web.Request) -> dict[str, str]:
+        h = {k: v for k, v in request.headers.items() if k.lower() not in _REQ_DROP}
+        h["Accept-Encoding"] = "identity"
+        return h
+
+    def _response_headers(self, up: aiohttp.ClientResponse, side: Side) -> dict[str, str]:
+        h = {k: v for k, v in up.headers.items() if k.lower() not in _RESP_DROP}
+        if self.tag_responses:
+            h[TAG_HEADER] = side.value
+        return h
+
+    def _canary_facts(self, req: _Req, side: Side, role: Role, **more: Any) -> dict[str, Any]:
+        return {"side": side.value, "role": role.value, "point": round(req.point, 6), "keyed": req.keyed,
+                "stream": req.stream, "greedy": req.greedy, "weight": self.host.live_weight(),
+                "mirror_weight": self.host.mirror_weight(), **more}
+
+    async def _open(self, up: Upstream, req: _Req, cap: Capture, first_timeout: float) -> _Opened:
+        """Send, and read up to the first body bytes (a whole body when not streamed)."""
+        async with asyncio.timeout(first_timeout):
+            resp = await up.session.post(up.base_url + req.path_qs, data=req.body, headers=req.headers)
+            cap.status = resp.status
+            try:
+                if not 200 <= resp.status < 300:
+                    raw = await resp.read()
+                    return _Opened(resp, raw=raw, failure=(FailureKind.http_status, f"HTTP {resp.status}: {_short(raw)}"))
+                if "text/event-stream" in resp.headers.get("Content-Type", ""):
+                    first = await resp.content.readany()
+                    if not first:
+                        return _Opened(resp, stream=True, failure=(FailureKind.stream_cut_short, "an empty event stream"))
+                    cap.feed(first)  # parsed *before* it is forwarded: a bad first event can still be retried
+                    return _Opened(resp, stream=True, first=first, failure=cap.failure)
+                raw = await resp.read()
+                cap.body(raw)
+                return _Opened(resp, raw=raw, failure=cap.failure)
+            except BaseException:
+                resp.close()
+                raise
+
+    async def _serve(self, request: web.Request, req: _Req, up: Upstream, role: Role, *, retryable: bool,
+                     pending: _Pending | None = None) -> web.StreamResponse | _Pending:
+        """Serve from ``up``. With ``retryable`` a failure before the first byte returns a ``_Pending``
+        (nothing was sent to the client); otherwise the client gets the upstream's answer or a 502/504."""
+        cap = Capture(up.dialect, time.perf_counter())
+        started = time.time()
+        first_timeout = self.first_byte_timeout_s if (retryable and req.stream) else self.timeout_s
+        try:
+            op = await self._open(up, req, cap, first_timeout)
+        except (TimeoutError, aiohttp.ClientError, ConnectionError, OSError) as e:
+            if isinstance(e, TimeoutError):
+                failure = (FailureKind.timeout, f"no first byte within {first_timeout:g} s")
+            else:
+                kind, msg, _ = classify_failure(e, first_timeout)
+                failure = (kind, msg)
+            rec = self._record(req, cap, up.side, role, started, failure, None, None, retried=retryable, bytes_sent=False)
+            if retryable:
+                return _Pending(rec, None)
+            self._emit_pending(pending, None)
+            self._emit(up.side, role, rec, req)
+            status = 504 if failure[0] is FailureKind.timeout else 502
+            return web.json_response({"error": {"message": f"specgauge canary: the {up.side.value} failed: {failure[1]}",
+                                                "type": "upstream_error", "code": status}}, status=status)
+        status = op.resp.status
+        if op.failure is not None and retryable:
+            op.resp.close()
+            rec = self._record(req, cap, up.side, role, started, op.failure, status, None, retried=True, bytes_sent=False)
+            return _Pending(rec, status)
+        self._emit_pending(pending, status)
+        if not op.stream:
+            e2e = time.perf_counter() - cap.sent
+            headers = self._response_headers(op.resp, up.side)
+            op.resp.release()
+            rec = self._record(req, cap, up.side, role, started, op.failure, status, e2e if op.failure is None else None,
+                               retried=False, bytes_sent=True)
+            self._emit(up.side, role, rec, req, client_err=client_error(status))
+            return web.Response(status=status, body=op.raw, headers=headers)
+        return await self._relay(request, req, up, role, op, cap, started)
+
+    async def _relay(self, request: web.Request, req: _Req, up: Upstream, role: Role, op: _Opened, cap: Capture,
+                     started: float) -> web.StreamResponse:
+        resp = op.resp
+        out = web.StreamResponse(status=resp.status, headers=self._response_headers(resp, up.side))
+        failure: tuple[FailureKind, str] | None = None
+        gone = False
+        try:
+            await out.prepare(request)
+            await out.write(op.first)
+        except (ConnectionError, RuntimeError):
+            gone = True
+        if not gone:
+            try:
+                async with asyncio.timeout(max(0.001, self.timeout_s - (time.perf_counter() - cap.sent))):
+                    async for data in resp.content.iter_any():
+                        try:
+                            await out.write(data)
+                        except (ConnectionError, RuntimeError):
+                            gone = True
+                            break
+                        cap.feed(data)
+            except TimeoutError:
+                failure = (FailureKind.timeout, f"no complete response within {self.timeout_s:g} s, or a silence longer than the stall timeout")
+            except (aiohttp.ClientError, ConnectionError, OSError) as e:
+                kind, msg, _ = classify_failure(e, self.timeout_s)
+                failure = (kind, msg)
+        if gone or failure is not None:
+            resp.close()
+        if failure is not None and not gone:
+            tr = request.transport
+            if tr is not None:
+                tr.abort()  # the client must see a broken stream, not a clean end without [DONE]
+        e2e: float | None = None
+        if not gone and failure is None:
+            cap.close()
+            failure = cap.failure
+            try:
+                await out.write_eof()
+            except (ConnectionError, RuntimeError):
+                gone = True
+            e2e = time.perf_counter() - cap.sent if failure is None else None
+            resp.release()
+        if gone:
+            failure = (FailureKind.connection_reset, "the client closed the connection (not judged)")
+        rec = self._record(req, cap, up.side, role, started, failure, resp.status, e2e,
+                           retried=False, bytes_sent=True, client_gone=gone)
+        self._emit(up.side, role, rec, req, gone=gone)
+        return out
+
+    # -- shadow --------------------------------------------------------------------------------------
+    def _mirror(self, req: _Req) -> None:
+        if self._shadow_inflight >= self.shadow_max_inflight:
+            self.shadow_skipped += 1
+            return
+        self._shadow_inflight += 1
+        task = asyncio.get_running_loop().create_task(self._shadow(req))
+        self._tasks.add(task)
+        task.add_done_callback(self._shadow_done)
+
+    def _shadow_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._shadow_inflight -= 1
+
+    async def _shadow(self, req: _Req) -> None:
+        up = self.candidate
+        cap = Capture(up.dialect, time.perf_counter())
+        started = time.time()
+        failure: tuple[FailureKind, str] | None = None
+        status: int | None = None
+        e2e: float | None = None
+        try:
+            op = await self._open(up, req, cap, self.first_byte_timeout_s if req.stream else self.timeout_s)
+            status = op.resp.status
+            failure = op.failure
+            if failure is None and op.stream:
+                async with asyncio.timeout(max(0.001, self.timeout_s - (time.perf_counter() - cap.sent))):
+                    async for data in op.resp.content.iter_any():
+                        cap.feed(data)
+                cap.close()
+                failure = cap.failure
+            op.resp.release()
+            if failure is None:
+                e2e = time.perf_counter() - cap.sent
+        except TimeoutError:
+            failure = (FailureKind.timeout, "no complete response in time (first byte, stall or whole-request timeout)")
+        except (aiohttp.ClientError, ConnectionError, OSError) as e:
+            kind, msg, _ = classify_failure(e, self.timeout_s)
+            failure = (kind, msg)
+        rec = self._record(req, cap, up.side, Role.shadow, started, failure, status, e2e, retried=False, bytes_sent=False)
+        self._emit(up.side, Role.shadow, rec, req, client_err=client_error(status))
+
+    # -- records ---------------------------------------------------------------------------------------
+    def _record(self, req: _Req, cap: Capture, side: Side, role: Role, started: float, failure: tuple[FailureKind, str] | None,
+                status: int | None, e2e: float | None, *, retried: bool, bytes_sent: bool, client_gone: bool = False) -> RequestRecord:
+        facts = self._canary_facts(req, side, role, retried_on_baseline=retried, bytes_sent=bytes_sent, client_gone=client_gone)
+        return build_record(cap, rid=req.rid, seq=req.seq, t0_perf=self.t0_perf, started_at=started, failure=failure,
+                            http_status=status, e2e_s=e2e, canary=facts)
+
+    def _emit(self, side: Side, role: Role, rec: RequestRecord, req: _Req, *, gone: bool = False, client_err: bool = False) -> None:
+        client_err = client_err or (not rec.ok and client_error(rec.http_status) and side is Side.baseline)
+        self.host.record(side, role, rec, counted=not gone and not client_err, pair_key=req.pair_key,
+                         client_gone=gone, client_error=client_err)
+
+    def _emit_pending(self, pending: _Pending | None, baseline_status: int | None) -> None:
+        """The candidate's failed attempt: a client error when the baseline refused the request too."""
+        if pending is None:
+            return
+        both_refused = client_error(pending.status) and client_error(baseline_status)
+        pending.rec.extra["canary"]["client_error"] = both_refused
+        self.host.record(Side.candidate, Role.live, pending.rec, counted=not both_refused, pair_key=None,
+                         client_gone=False, client_error=both_refused)
+
+    # -- everything else: the baseline, untouched ---------------------------------------------------------
+    async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        up = self.baseline
+        body = await request.read()
+        try:
+            resp = await up.session.request(request.method, up.base_url + request.path_qs, data=body or None,
+                                            headers=self._upstream_headers(request))
+        except (aiohttp.ClientError, ConnectionError, OSError, TimeoutError) as e:
+            return web.json_response({"error": {"message": f"specgauge canary: the baseline failed: {type(e).__name__}",
+                                                "type": "upstream_error", "code": 502}}, status=502)
+        try:
+            out = web.StreamResponse(status=resp.status, headers=self._response_headers(resp, Side.baseline))
+            await out.prepare(request)
+            async for data in resp.content.iter_any():
+                await out.write(data)
+            await out.write_eof()
+            return out
+        except (aiohttp.ClientError, ConnectionError, RuntimeError, TimeoutError):
+            tr = request.transport
+            if tr is not None:
+                tr.abort()
+            return out
+        finally:
+            resp.close()

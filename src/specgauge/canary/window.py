@@ -1,0 +1,94 @@
+"""One evaluation window: compact samples per side, greedy output pairs, the candidate's counters at
+the window's start. Holds no request bodies or full records (those go to disk as they finish), so a
+long window at high traffic stays small: a few floats per request, and the text of greedy requests
+only until their pair arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from specgauge.canary.observe import Role, Side
+from specgauge.loadgen.metrics_scrape import Snapshot
+from specgauge.records import RequestRecord, SpecCounts
+from specgauge.stats.latency import tpot
+
+MAX_PENDING_PAIRS = 10_000
+
+
+@dataclass(slots=True)
+class Sample:
+    """What the judge needs of one request."""
+
+    role: Role
+    ok: bool
+    failure: str | None
+    ttft: float | None
+    tpot: float | None
+    e2e: float | None
+    spec: SpecCounts | None = None
+
+    @classmethod
+    def of(cls, rec: RequestRecord, role: Role) -> Sample:
+        return cls(role=role, ok=rec.ok, failure=rec.failure.value if rec.failure is not None else None,
+                   ttft=rec.ttft_s if rec.ok and rec.chunks else None, tpot=tpot(rec), e2e=rec.e2e_s if rec.ok else None,
+                   spec=rec.spec)
+
+
+@dataclass(slots=True)
+class PairResult:
+    key: str
+    kind: str  #: "shadow" (the same request mirrored) or "repeat" (equal greedy bodies on both sides)
+    match: bool
+
+
+@dataclass
+class Window:
+    start: float = field(default_factory=time.time)  #: wall clock
+    start_mono: float = field(default_factory=time.monotonic)
+    weight: float = 0.0
+    snapshot: Snapshot | None = None  #: the candidate's /metrics at the start
+    samples: dict[Side, list[Sample]] = field(default_factory=lambda: {Side.baseline: [], Side.candidate: []})
+    retried_on_baseline: int = 0
+    client_gone: int = 0
+    client_errors: int = 0
+    pairs: list[PairResult] = field(default_factory=list)
+    _pending: OrderedDict[str, dict[Side, str]] = field(default_factory=OrderedDict)
+
+    def add(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, pair_key: str | None = None,
+            client_gone: bool = False, client_error: bool = False) -> None:
+        """Take one finished request. ``counted``: it enters the judge (a client that went away or
+        a request both sides refused does not)."""
+        if client_gone:
+            self.client_gone += 1
+        if client_error:
+            self.client_errors += 1
+        if role is Role.live and side is Side.candidate and rec.extra.get("canary", {}).get("retried_on_baseline"):
+            self.retried_on_baseline += 1
+        if counted:
+            self.samples[side].append(Sample.of(rec, role))
+        if pair_key is not None and rec.ok:
+            self._pair(side, pair_key, rec.text)
+
+    def _pair(self, side: Side, key: str, text: str) -> None:
+        entry = self._pending.get(key)
+        if entry is None:
+            entry = self._pending[key] = {}
+            if len(self._pending) > MAX_PENDING_PAIRS:
+                self._pending.popitem(last=False)
+        other = Side.candidate if side is Side.baseline else Side.baseline
+        if key.startswith("id:"):  # a mirrored request: one pair, then forget it
+            if other in entry:
+                self.pairs.append(PairResult(key, "shadow", entry.pop(other) == text))
+                del self._pending[key]
+            else:
+                entry[side] = text
+            return
+        entry.setdefault(side, text)
+        if other in entry:
+            self.pairs.append(PairResult(key, "repeat", entry[other] == text))
+
+    def age(self) -> float:
+        return time.monotonic() - self.start_mono
