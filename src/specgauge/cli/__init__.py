@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from specgauge import __version__
-from specgauge.cli import audit, bench, decide, demo, recommend, serve, sweep, workaround, workload
+from specgauge.cli import audit, bench, canary, decide, demo, recommend, serve, sweep, workaround, workload
 from specgauge.cli.common import console
 
 app = typer.Typer(
@@ -52,6 +52,7 @@ COMMANDS = [
     (workaround.workaround_path, "workaround-path"),
     (sweep.sweep, "sweep"),
     (recommend.recommend, "recommend"),
+    (canary.canary, "canary"),
     (demo.demo, "demo"),
 ]
 for _fn, _name in COMMANDS:

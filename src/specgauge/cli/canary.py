@@ -1,0 +1,128 @@
+"""``specgauge canary``: flags -> ``CanaryConfig`` -> ``run_canary``.
+
+Exit status: 0 the roll-out completed (the last step passed), 1 it rolled back, 3 it stopped
+undecided, 2 a user error (an unreachable upstream, a bad flag, a port in use).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specgauge.cli.common import console, err_console, user_errors
+
+
+def _names(text: str, flag: str) -> list[str]:
+    return [] if text.strip().lower() in ("", "none") else [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _event_line(e: dict[str, Any]) -> str | None:
+    kind = e.get("event")
+    if kind in ("start", "resume"):
+        st = e.get("state", {})
+        return f"{kind}: weight {st.get('weight'):g}%, {st.get('failed_evaluations', 0)} failed evaluations so far"
+    if kind == "evaluation":
+        d, j, w = e["decision"], e["judgement"], e["window"]
+        return (f"[{w['weight']:g}%] {j['outcome']} -> {d['action']}"
+                f"{' to ' + format(d['to_weight'], 'g') + '%' if d['to_weight'] != d['from_weight'] else ''}"
+                f" (baseline {w['requests']['baseline']}, candidate {w['requests']['candidate']}): {d['reason']}")
+    if kind == "error":
+        return f"evaluation error (the proxy keeps serving): {e.get('error')}"
+    return None
+
+
+@user_errors
+def canary(
+    baseline: Annotated[str, typer.Option("--baseline", help="The deployment serving today (speculation off), e.g. http://10.0.0.1:8000.")],
+    candidate: Annotated[str, typer.Option("--candidate", help="The speculative deployment, same model.")],
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port the proxy listens on (0: any free port).")] = 8080,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback unless told otherwise).")] = "127.0.0.1",
+    steps: Annotated[str, typer.Option("--steps", help="Candidate weights in percent, in order.")] = "1,5,25,50,100",
+    interval: Annotated[str, typer.Option("--interval", help="Evaluation interval: 60s, 5m, 500ms.")] = "60s",
+    shadow: Annotated[bool, typer.Option("--shadow", help="Mirror a copy of baseline requests to the candidate (steps = mirrored share); clients only see the baseline.")] = False,
+    failure_limit: Annotated[int, typer.Option("--failure-limit", min=1, help="Failed evaluations that roll back (weight 0).")] = 3,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", min=1.0, help="Practical margin: a gain must clear it; a slowdown beyond it fails.")] = 1.05,
+    max_weight_without_speedup: Annotated[float, typer.Option("--max-weight-without-speedup", min=0, max=100, help="Steps above this need a measured speedup beyond --min-speedup.")] = 50.0,
+    max_failure_rate: Annotated[float, typer.Option("--max-failure-rate", min=0, max=1, help="Guardrail: candidate failure rate (binomial test).")] = 0.01,
+    ttft_p95_ms: Annotated[float | None, typer.Option("--ttft-p95-ms", help="Guardrail: candidate TTFT p95 SLO.")] = None,
+    tpot_p95_ms: Annotated[float | None, typer.Option("--tpot-p95-ms", help="Guardrail: candidate TPOT p95 SLO.")] = None,
+    e2e_p95_ms: Annotated[float | None, typer.Option("--e2e-p95-ms", help="Guardrail: candidate E2E p95 SLO.")] = None,
+    min_acceptance_rate: Annotated[float | None, typer.Option("--min-acceptance-rate", min=0, max=1, help="Guardrail: draft acceptance floor (candidate's counters).")] = None,
+    min_draft_tokens: Annotated[int, typer.Option("--min-draft-tokens", min=1, help="Drafted tokens a window needs before the floor is judged.")] = 100,
+    critical: Annotated[str, typer.Option("--critical", help="Guardrails that roll back at once: failure_rate, ttft_p95, tpot_p95, e2e_p95, acceptance (or none).")] = "failure_rate",
+    metrics: Annotated[str, typer.Option("--metrics", help="Latency metrics the relative judge compares.")] = "ttft,tpot,e2e",
+    speed_metric: Annotated[str, typer.Option("--speed-metric", help="Metric whose speedup allows promotion beyond --max-weight-without-speedup.")] = "tpot",
+    min_samples: Annotated[int, typer.Option("--min-samples", min=2, help="Successful requests per side before a window is judged.")] = 20,
+    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.9999, help="Confidence of the shift and p95 intervals.")] = 0.99,
+    alpha: Annotated[float, typer.Option("--alpha", min=1e-6, max=0.5, help="Significance of the failure tests.")] = 0.01,
+    max_divergence: Annotated[float, typer.Option("--max-divergence", min=0, max=1, help="Share of greedy output pairs allowed to differ.")] = 0.02,
+    min_pairs: Annotated[int, typer.Option("--min-pairs", min=1, help="Greedy pairs needed before exact match is judged.")] = 5,
+    pass_score: Annotated[float, typer.Option("--pass-score", min=0, max=100, help="Score (share of decided checks passed) a window needs.")] = 95.0,
+    session_header: Annotated[str, typer.Option("--session-header", help="Header naming the session (else the body's 'user').")] = "X-Session-Id",
+    hash_seed: Annotated[str, typer.Option("--hash-seed", help="Salt of the session hash (another value picks other users).")] = "",
+    out_dir: Annotated[Path, typer.Option("--out-dir", "-o", help="Decision log, state, per-request records, summary.")] = Path("canary"),
+    keep_outputs: Annotated[bool, typer.Option("--keep-outputs", help="Keep output texts in the per-request records (dropped by default).")] = False,
+    reset_state: Annotated[bool, typer.Option("--reset-state", help="Start from the first step even if --out-dir has a saved state.")] = False,
+    duration: Annotated[str | None, typer.Option("--duration", help="Stop after this long (default: until Ctrl-C / SIGTERM).")] = None,
+    first_byte_timeout: Annotated[str, typer.Option("--first-byte-timeout", help="A candidate stream without a first byte by then is retried on the baseline.")] = "30s",
+    stall_timeout: Annotated[str, typer.Option("--stall-timeout", help="Longest silence inside a response.")] = "60s",
+    timeout: Annotated[str, typer.Option("--timeout", help="One whole request.")] = "600s",
+    candidate_dialect: Annotated[str, typer.Option("--candidate-dialect", help="auto, vllm, llamacpp, sglang, embedded: how to read its counters.")] = "auto",
+    tag_responses: Annotated[bool, typer.Option("--tag-responses/--no-tag-responses", help="Add X-Specgauge-Canary: baseline|candidate to responses.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print summary.json at the end instead of text.")] = False,
+) -> None:
+    """Canary roll-out: a proxy that sends a growing, sticky share of live traffic to the speculative
+    deployment, judges it each interval against the baseline, and falls back on its own.
+
+    Exit status: 0 complete, 1 rolled back, 3 undecided, 2 user error.
+    """
+    from pydantic import ValidationError
+
+    from specgauge.canary import CanaryConfig, Guardrails, JudgeConfig, format_summary, run_canary
+    from specgauge.canary.config import parse_duration, parse_steps
+    from specgauge.config import ConfigError, format_validation_error
+
+    try:
+        cfg = CanaryConfig(
+            baseline=baseline, candidate=candidate, host=host, port=port, steps=parse_steps(steps),
+            interval_s=parse_duration(interval, "--interval"), shadow=shadow, failure_limit=failure_limit,
+            max_weight_without_speedup=max_weight_without_speedup, session_header=session_header, hash_seed=hash_seed,
+            judge=JudgeConfig(
+                guardrails=Guardrails(max_failure_rate=max_failure_rate, ttft_p95_ms=ttft_p95_ms, tpot_p95_ms=tpot_p95_ms,
+                                      e2e_p95_ms=e2e_p95_ms, min_acceptance_rate=min_acceptance_rate,
+                                      min_draft_tokens=min_draft_tokens, critical=_names(critical, "--critical")),
+                metrics=_names(metrics, "--metrics"), speed_metric=speed_metric, min_samples=min_samples,
+                min_speedup=min_speedup, confidence=confidence, alpha=alpha, max_divergence=max_divergence,
+                min_pairs=min_pairs, pass_score=pass_score,
+            ),
+            out_dir=out_dir, keep_outputs=keep_outputs, reset_state=reset_state,
+            duration_s=parse_duration(duration, "--duration") if duration else None,
+            first_byte_timeout_s=parse_duration(first_byte_timeout, "--first-byte-timeout"),
+            stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"), timeout_s=parse_duration(timeout, "--timeout"),
+            candidate_dialect=candidate_dialect, tag_responses=tag_responses,
+        )
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e)) from None
+
+    def on_event(e: dict[str, Any]) -> None:
+        line = _event_line(e)
+        if line is not None:
+            err_console.print(line, highlight=False, markup=False)
+
+    def on_ready(url: str) -> None:
+        mode = "mirroring to" if shadow else "routing to"
+        err_console.print(f"canary proxy on {url} ({mode} the candidate by steps {steps}, every {interval}); "
+                          f"decisions: {out_dir / 'decisions.jsonl'}; Ctrl-C stops", highlight=False, markup=False)
+
+    result = run_canary(cfg, on_event=on_event, on_ready=on_ready)
+    if as_json:
+        import sys
+
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
+    else:
+        console.print(format_summary(result), highlight=False, markup=False)
+        console.print(f"summary: {out_dir / 'summary.json'}", highlight=False, markup=False)
+    raise typer.Exit(result.exit_code)
