@@ -36,8 +36,9 @@ def parse_directive(text: str) -> dict[str, str]:
 
 class FakeServer:
     def __init__(self, usage_per_chunk: bool = True, spec: bool = True, recording: dict[str, Any] | None = None,
-                 close_after_stream: bool = False) -> None:
+                 close_after_stream: bool = False, model: str = "fake") -> None:
         self.recording = recording
+        self.model = model  #: the name /v1/models and the /metrics labels give
         self.close_after_stream = close_after_stream  #: like llama.cpp: drop the connection after a stream
         self.replayed = 0
         self.usage_per_chunk = usage_per_chunk
@@ -117,7 +118,7 @@ class FakeServer:
 
     def metrics_text(self) -> str:
         c = self.counters
-        lb = 'engine="0",model_name="fake"'
+        lb = f'engine="0",model_name="{self.model}"'
         out = [
             "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lb},finished_reason="length"}} {c["success"]}',
             "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lb}}} {c['gen']}",
@@ -138,7 +139,7 @@ class FakeServer:
         if path == "/metrics":
             return await self._plain(w, 200, self.metrics_text().encode(), "text/plain; version=0.0.4")
         if path == "/v1/models":
-            return await self._plain(w, 200, json.dumps({"data": [{"id": "fake", "owned_by": "fake", "root": "fake"}]}).encode())
+            return await self._plain(w, 200, json.dumps({"data": [{"id": self.model, "owned_by": "fake", "root": self.model}]}).encode())
         if path == "/version":
             return await self._plain(w, 200, b'{"version":"fake-1"}')
         if path not in ("/v1/completions", "/v1/chat/completions"):
