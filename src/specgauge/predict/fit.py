@@ -2,8 +2,8 @@
 
 Rows come from ``observe`` (one per request's decode window, one per TTFT on an idle server). The law
 is linear in its parameters, so each verification shape is one non-negative least-squares problem
-(``scipy.optimize.nnls``), rows weighted by 1/√steps (a decode window's error is mostly its two end
-timestamps). One robust pass drops rows far off the first fit (a request hit by a stall on a shared
+(``scipy.optimize.nnls``), rows unweighted in seconds: a decode window's error is mostly the jitter
+of its two end timestamps, the same for a long window as for a short one. One robust pass drops rows far off the first fit (a request hit by a stall on a shared
 machine), then both shapes are compared on the rows both kept and the smaller residual wins.
 Uncertainty: refits on requests resampled within each run (bootstrap), kept in the profile.
 """
@@ -11,6 +11,7 @@ Uncertainty: refits on requests resampled within each run (bootstrap), kept in t
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def _design(rows: Sequence[Rows], shape: str, names: list[str]) -> tuple[np.ndar
                 x[ell_col] = 1.0
             X.append(x)
             y.append(yy)
-            w.append(1.0 / np.sqrt(s))
+            w.append(1.0)
             st.append(s)
     return np.asarray(X, dtype=float), np.asarray(y), np.asarray(w), np.asarray(st, dtype=float)
 
@@ -76,12 +77,60 @@ def _sanitize(spec: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def _workload_of(runs: Sequence[RunData]) -> list[Path] | None:
-    for rd in runs:
-        wl = (rd.run.get("config") or {}).get("workload")
-        if wl and all(Path(p).is_file() for p in wl):
-            return [Path(p) for p in wl]
+def _workload_of(runs: Sequence[RunData], dirs: Sequence[Path]) -> list[Path] | None:
+    from specgauge.paths import resolve_portable
+
+    for rd, d in zip(runs, dirs, strict=True):
+        wl = [resolve_portable(str(p), d) for p in (rd.run.get("config") or {}).get("workload") or []]
+        if wl and all(p.is_file() for p in wl):
+            return wl
     return None
+
+
+def expand_run_dirs(paths: Sequence[Path]) -> tuple[list[Path], dict[str, CellSpec]]:
+    """Bench output directories, with a sweep directory (``sweep.json``) standing for its finished cells."""
+    dirs: list[Path] = []
+    cells: dict[str, CellSpec] = {}
+    for p in map(Path, paths):
+        manifest = p / "sweep.json"
+        if manifest.is_file() and not (p / "results.jsonl").exists():
+            try:
+                m = json.loads(manifest.read_text(encoding="utf-8"))
+            except ValueError as e:
+                raise ProfileError(f"{manifest}: not JSON ({e})") from None
+            for c in m.get("cells", []):
+                if c.get("status") == "done":
+                    d = p / c["dir"]
+                    dirs.append(d)
+                    cells[str(d)] = CellSpec(label=c["label"], speculative_config=c.get("speculative_config"),
+                                             concurrency=int(c["concurrency"]))
+        else:
+            dirs.append(p)
+    return dirs, cells
+
+
+def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Replay traces for one run, and their check against its live counts. A stateful drafter (suffix)
+    remembers what its server saw before — warm-ups, and earlier runs when one server served several
+    concurrencies (as a sweep does) — so the candidates are 0..n earlier runs; the one that reproduces
+    the most requests wins."""
+    from specgauge.predict.replay import STATELESS, prior_requests
+
+    cfg = rd.run.get("config") or {}
+    warm = int(cfg.get("warmup") or 0)
+    n = len(replay.requests)
+    same = sum(1 for r in runs if r.cell.label == rd.cell.label)
+    best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    for earlier in range(1 if rd.method in STATELESS else same):
+        prior = prior_requests(n, warm, earlier)
+        traces = replay.by_id(rd.cell.speculative_config, prior)
+        chk = replay_check(rd.records, traces)
+        if earlier:
+            chk["earlier_runs_on_this_server"] = earlier
+        if best is None or chk["identical_requests"] > best[1]["identical_requests"]:
+            best = (traces, chk)
+    assert best is not None
+    return best
 
 
 def fit_profile(
@@ -98,7 +147,8 @@ def fit_profile(
     """Fit the step-cost law of the server the runs measured.
 
     ``run_dirs``: bench output directories, each a closed-loop run of one server config at one
-    concurrency (described by its ``cell.json``, or ``cells[dir name]``). ``workload``: the workload the
+    concurrency (described by its ``cell.json``, or ``cells[dir name]``), or sweep directories
+    (their finished cells). ``workload``: the workload the
     runs sent, with logged outputs, for the replay check and exact per-step drafts (default: the one
     named in run.json, when it exists here). ``shape``: ``auto`` (fit both, keep the better),
     ``flattened`` or ``padded``.
@@ -107,9 +157,12 @@ def fit_profile(
         raise ProfileError("no calibration runs given")
     if shape not in ("auto", *SHAPES):
         raise ProfileError(f"shape {shape!r}: expected auto, flattened or padded")
-    runs = [load_run(Path(d), (cells or {}).get(Path(d).name)) for d in run_dirs]
+    dirs, from_sweeps = expand_run_dirs(run_dirs)
+    if not dirs:
+        raise ProfileError(f"no finished bench run in {', '.join(map(str, run_dirs))}")
+    runs = [load_run(d, (cells or {}).get(d.name) or from_sweeps.get(str(d))) for d in dirs]
     notes: list[str] = []
-    wl = list(workload) if workload else _workload_of(runs)
+    wl = list(workload) if workload else _workload_of(runs, dirs)
     replay = None
     if wl is not None:
         from specgauge.predict.replay import WorkloadReplay
@@ -124,10 +177,10 @@ def fit_profile(
     all_rows: list[Rows] = []
     checks: dict[str, dict[str, Any]] = {}
     for rd in runs:
-        traces = replay.by_id(rd.cell.speculative_config) if replay is not None and rd.method is not None else None
+        traces = None
+        if replay is not None and rd.method is not None:
+            traces, checks[rd.name] = _best_traces(replay, rd, runs)
         rows, obs = build_rows(rd, traces)
-        if traces is not None:
-            checks[rd.name] = replay_check(rd, obs, traces)
         if not rows.y:
             notes.append(f"{rd.name}: no usable request ({', '.join(f'{k}: {v}' for k, v in rows.skipped.items()) or 'empty'})")
             continue

@@ -92,7 +92,8 @@ def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
             cell = CellSpec(label="off", speculative_config=None, concurrency=int(conc))
     method, k, _ = resolve_spec(cell.speculative_config)
     mb = (run.get("calibration") or {}).get("max_batch")
-    return RunData(run_dir.name, cell, method, k, records, run, int(mb) if mb else None)
+    name = run_dir.name if not run_dir.name.startswith("c") or not run_dir.name[1:].isdigit() else f"{run_dir.parent.name}/{run_dir.name}"
+    return RunData(name, cell, method, k, records, run, int(mb) if mb else None)
 
 
 @dataclass
@@ -254,14 +255,16 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
     return rows, obs
 
 
-def replay_check(rd: RunData, obs: Sequence[RequestObs], traces: Mapping[str, PlannedRequest]) -> dict[str, Any]:
+def replay_check(records: Sequence[RequestRecord], traces: Mapping[str, PlannedRequest]) -> dict[str, Any]:
     """Replayed acceptance against the server's own per-request counts, on the requests of one run."""
     live_acc = live_dr = rep_acc = rep_dr = 0
     same = n = 0
     missing = 0
-    for o in obs:
-        s = o.rec.spec
-        tr = traces.get(o.rec.id)
+    for rec in records:
+        if not rec.ok:
+            continue
+        s = rec.spec
+        tr = traces.get(rec.id)
         if tr is None:
             missing += 1
             continue

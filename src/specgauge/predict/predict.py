@@ -17,7 +17,7 @@ import numpy as np
 
 from specgauge.predict.law import SHAPES, drafter_params, is_model_method, method_kind, param_vector
 from specgauge.predict.profile import StepCostProfile
-from specgauge.predict.replay import WorkloadReplay, resolve_spec
+from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
 from specgauge.predict.schedule import PlannedRequest, Schedule, simulate_schedule, timeline
 from specgauge.predict.types import CellPrediction, CellSpec
 
@@ -83,21 +83,31 @@ def predict_cells(
     num_prompts: int | None = None,
     max_batch: int | None = None,
     replay: WorkloadReplay | None = None,
+    warmup: int = 0,
+    reused_server: bool = False,
 ) -> list[CellPrediction]:
     """Predicted figures per cell (same order). ``num_prompts`` as bench's (None: every request once);
-    ``max_batch``: the server's limit on running requests (None: the profile's, else unlimited);
-    ``replay``: a ``WorkloadReplay`` to share across calls (it caches traces per config)."""
+    ``max_batch``: the server's limit on running requests (None: no limit below the concurrency);
+    ``replay``: a ``WorkloadReplay`` to share across calls (it caches traces per config).
+    ``warmup``: requests bench sends first (its ``--num-warmups``); a stateful drafter learns them.
+    ``reused_server``: the cells of one label run on one server, concurrencies ascending, as
+    ``specgauge.sweep.run_grid`` does — suffix decoding's cache then remembers the earlier cells'
+    requests (False: a fresh server per cell)."""
     replay = replay or WorkloadReplay(workload, tokenizer, num_prompts)
-    mb = max_batch if max_batch is not None else profile.provenance.get("max_batch")
+    mb = max_batch
     base_reqs = replay.planned(None)
     baselines: dict[int, _Side] = {}
+    order: dict[str, list[int]] = {}
+    for cell in cells:
+        order.setdefault(cell.label, []).append(cell.concurrency)
     out: list[CellPrediction] = []
     for cell in cells:
         c = cell.concurrency
         if c not in baselines:
             baselines[c] = _Side(profile, base_reqs, None, c, mb)
         base = baselines[c]
-        reqs = replay.planned(cell.speculative_config)
+        earlier = sorted(set(order[cell.label])).index(c) if reused_server else 0
+        reqs = replay.planned(cell.speculative_config, prior_requests(len(replay.requests), warmup, earlier))
         side = base if not cell.speculative_config else _Side(profile, reqs, cell.speculative_config, c, mb)
         out.append(_prediction(profile, cell, side, base, reqs, base_reqs, replay.notes))
     return out

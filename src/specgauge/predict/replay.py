@@ -33,6 +33,20 @@ class LoggedRequest:
     exact: bool  #: token ids were logged (not re-tokenised text)
 
 
+#: drafters whose proposals depend on the request alone (no state across requests)
+STATELESS = ("ngram",)
+
+
+def prior_requests(n: int, warmup: int = 0, earlier_runs: int = 0) -> list[int]:
+    """Planned-request indices a server completed before a run: ``earlier_runs`` bench runs over the
+    same ``n`` requests (each with its ``warmup`` requests first, as bench sends them), then this run's
+    own warm-ups."""
+    if n <= 0:
+        return []
+    warm = [i % n for i in range(warmup)]
+    return (warm + list(range(n))) * earlier_runs + warm
+
+
 def config_key(spec: dict[str, Any] | None) -> str:
     return json.dumps(spec or {}, sort_keys=True)
 
@@ -111,13 +125,18 @@ class WorkloadReplay:
             self._tok = resolve_tokenizer(self._tok)
         return self._tok
 
-    def planned(self, spec: dict[str, Any] | None) -> list[PlannedRequest]:
-        key = config_key(spec)
+    def planned(self, spec: dict[str, Any] | None, prior: Sequence[int] = ()) -> list[PlannedRequest]:
+        """Traces of the planned requests under ``spec``. ``prior``: indices of planned requests the
+        server completed before this run (warm-ups, earlier runs on the same server): a stateful
+        drafter (suffix decoding's global cache) learns them first. Stateless drafters ignore it."""
+        method = resolve_spec(spec)[0]
+        prior = tuple(prior) if method is not None and method not in STATELESS else ()
+        key = config_key(spec) + repr(prior)
         if key not in self._cache:
-            self._cache[key] = self._replay(spec)
+            self._cache[key] = self._replay(spec, prior)
         return self._cache[key]
 
-    def _replay(self, spec: dict[str, Any] | None) -> list[PlannedRequest]:
+    def _replay(self, spec: dict[str, Any] | None, prior: tuple[int, ...] = ()) -> list[PlannedRequest]:
         method, k, cfg = resolve_spec(spec)
         out: list[PlannedRequest] = []
         if method is None:
@@ -141,7 +160,12 @@ class WorkloadReplay:
             drafter = make_drafter(method, **_accepted_options(method, opts))
         except (TypeError, ValueError) as e:
             raise ProfileError(f"speculative config {json.dumps(spec)}: {e}") from None
-        stateless = method == "ngram"
+        stateless = method in STATELESS
+        for n, i in enumerate(prior):  # what the server's drafter learned before this run
+            r = self.requests[i % len(self.requests)]
+            fast = getattr(drafter, "replay", None)
+            rid = f"{r.id}~prior{n}"
+            fast(rid, r.prompt_ids, r.output_ids, k) if fast else replay_by_stepping(drafter, rid, r.prompt_ids, r.output_ids, k)
         seen: dict[str, ReplayTrace] = {}
         for r in self.requests:
             if stateless and r.base_id in seen:
@@ -166,8 +190,8 @@ class WorkloadReplay:
             self._matches[model] = m
         return self._matches[model]
 
-    def by_id(self, spec: dict[str, Any] | None) -> dict[str, PlannedRequest]:
-        return {p.id: p for p in self.planned(spec)}
+    def by_id(self, spec: dict[str, Any] | None, prior: Sequence[int] = ()) -> dict[str, PlannedRequest]:
+        return {p.id: p for p in self.planned(spec, prior)}
 
 
 def _accepted_options(method: str, opts: dict[str, Any]) -> dict[str, Any]:

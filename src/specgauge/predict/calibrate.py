@@ -1,0 +1,162 @@
+"""``specgauge calibrate``: fit a server's step-cost law, from existing bench runs or from a short live grid.
+
+Live: a baseline and one speculative config per method (n-gram, suffix, a draft model), each at two
+or three concurrencies, few prompts each, benched by the sweep's grid runner
+(``specgauge.sweep.run_grid``: one server per config — the embedded engine, a command template or
+running URLs). Then ``fit_profile`` on the run directories, and predicted beside measured for the
+calibration cells themselves (an in-sample check: a law that cannot even reproduce its own runs
+says so here). Writes ``cost_profile.json`` into the output directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specgauge.predict.fit import expand_run_dirs, fit_profile
+from specgauge.predict.observe import load_run, write_cell
+from specgauge.predict.predict import predict_cells
+from specgauge.predict.profile import StepCostProfile
+from specgauge.predict.types import CellPrediction, CellSpec, ProfileError
+
+PROFILE_FILE = "cost_profile.json"
+DEFAULT_KS = {"ngram": 4, "suffix": 4, "draft_model": 2}
+
+
+class CalibrateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    workload: list[Path] = Field(min_length=1)
+    out_dir: Path = Path("specgauge-calibration")
+    #: fit these existing bench/sweep directories instead of running anything
+    from_runs: list[Path] = Field(default_factory=list)
+    #: ``ngram``, ``suffix``, ``draft_model:DIR`` (``draft_model`` alone: the shipped draft on the embedded engine)
+    methods: list[str] = Field(default_factory=lambda: ["ngram", "suffix", "draft_model"])
+    ks: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_KS))
+    concurrencies: list[int] = Field(default_factory=lambda: [1, 4], min_length=1)
+    num_prompts: int | None = Field(default=32, ge=1)
+    shape: str = "auto"
+    bootstrap: int = Field(default=200, ge=0)
+    seed: int = 0
+    warmup: int = Field(default=1, ge=0)
+    resume: bool = False
+    time_budget_s: float | None = Field(default=None, gt=0)
+    target: Any = None  #: a ``specgauge.sweep.ServerTarget`` (None: the embedded engine)
+
+
+class CellCheck(BaseModel):
+    """Predicted beside measured for one calibration cell (compare's speedup vs the baseline)."""
+
+    label: str
+    concurrency: int
+    predicted: float | None
+    predicted_low: float | None = None
+    predicted_high: float | None = None
+    measured: float | None = None
+    measured_low: float | None = None
+    measured_high: float | None = None
+    error: float | None = None  #: predicted / measured − 1
+
+
+class CalibrationResult(BaseModel):
+    profile: StepCostProfile
+    profile_path: Path
+    run_dirs: list[str]
+    checks: list[CellCheck]
+
+
+def calibration_cells(methods: Sequence[str], ks: dict[str, int], concurrencies: Sequence[int],
+                      embedded: bool = True) -> list[CellSpec]:
+    """off + one config per method, at each concurrency (labels as the sweep's)."""
+    from specgauge.sweep.grid import BASELINE, ServerConfig, build_configs, cells_for, config_label, grid_method
+
+    configs = [ServerConfig(label=BASELINE)]
+    for m in methods:
+        name = m.split(":")[0]
+        name = {"draft": "draft_model"}.get(name, name)
+        text = m
+        if name == "draft_model" and ":" not in m:
+            if not embedded:
+                raise ProfileError("--method draft_model: name the draft model's directory (draft_model:DIR) for your server")
+            from specgauge.models import draft_dir
+
+            text = f"draft_model:{draft_dir()}"
+        k = ks.get(name, DEFAULT_KS.get(name, 4))
+        spec = grid_method(text, k)
+        configs.append(ServerConfig(label=config_label(spec), speculative_config=spec))
+    return cells_for(build_configs(configs), concurrencies)
+
+
+def measure_cell(baseline_dir: Path, cell_dir: Path, resamples: int = 2000) -> tuple[float | None, float | None, float | None]:
+    """compare's paired speedup of a cell against the baseline at the same concurrency: (estimate, low, high)."""
+    from specgauge.records import ResultsFile
+    from specgauge.stats.compare import CompareConfig, compare_records
+
+    b = ResultsFile(Path(baseline_dir) / "results.jsonl").existing()
+    c = ResultsFile(Path(cell_dir) / "results.jsonl").existing()
+    overall, _ = compare_records(b, c, CompareConfig(resamples=resamples))
+    s = overall.speedup
+    return s.estimate, s.low, s.high
+
+
+def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Sequence[CellSpec], dirs: dict[tuple[str, int], Path],
+                num_prompts: int | None, tokenizer: Any = None, warmup: int = 0,
+                reused_server: bool = True) -> tuple[list[CellCheck], list[CellPrediction]]:
+    """Predict the speculative cells and measure them against the baseline cell of the same concurrency."""
+    spec_cells = [c for c in cells if c.speculative_config]
+    preds = predict_cells(profile, workload, spec_cells, tokenizer=tokenizer, num_prompts=num_prompts, warmup=warmup,
+                          reused_server=reused_server)
+    base = {c.concurrency: dirs.get((c.label, c.concurrency)) for c in cells if not c.speculative_config}
+    out = []
+    for cell, p in zip(spec_cells, preds, strict=True):
+        m = lo = hi = None
+        d, bd = dirs.get((cell.label, cell.concurrency)), base.get(cell.concurrency)
+        if d is not None and bd is not None:
+            m, lo, hi = measure_cell(bd, d)
+        err = p.speedup / m - 1 if p.speedup is not None and m else None
+        out.append(CellCheck(label=cell.label, concurrency=cell.concurrency, predicted=p.speedup, predicted_low=p.speedup_low,
+                             predicted_high=p.speedup_high, measured=m, measured_low=lo, measured_high=hi, error=err))
+    return out, preds
+
+
+def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = None) -> CalibrationResult:
+    out = Path(cfg.out_dir)
+    if cfg.from_runs:
+        dirs, cell_of = expand_run_dirs(cfg.from_runs)
+        profile = fit_profile(cfg.from_runs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
+                              bootstrap=cfg.bootstrap, seed=cfg.seed)
+        cells = []
+        keyed: dict[tuple[str, int], Path] = {}
+        for d in dirs:
+            rd = load_run(d, cell_of.get(str(d)))
+            cells.append(rd.cell)
+            keyed[(rd.cell.label, rd.cell.concurrency)] = d
+        nump = max((int((load_run(d, cell_of.get(str(d))).run.get("config") or {}).get("num_prompts") or 0) for d in dirs),
+                   default=0) or None
+    else:
+        from specgauge.sweep import ServerTarget, run_grid
+
+        target = cfg.target or ServerTarget.embedded()
+        cells = calibration_cells(cfg.methods, cfg.ks, cfg.concurrencies, embedded=target.kind == "embedded")
+        res = run_grid(cells, target, cfg.workload, out / "runs", num_prompts=cfg.num_prompts, seed=cfg.seed,
+                       time_budget_s=cfg.time_budget_s, resume=cfg.resume, console=console, warmup=cfg.warmup)
+        keyed = {}
+        for c in cells:
+            run = res.manifest.cell(c.label, c.concurrency)
+            if run is not None and run.status == "done":
+                d = res.cell_dir(c.label, c.concurrency)
+                write_cell(d, c)
+                keyed[(c.label, c.concurrency)] = d
+        if not keyed:
+            raise ProfileError(f"no calibration run finished; see {out / 'runs' / 'sweep.json'}")
+        dirs = list(keyed.values())
+        profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
+                              bootstrap=cfg.bootstrap, seed=cfg.seed)
+        nump = cfg.num_prompts
+    warm = cfg.warmup if not cfg.from_runs else int((load_run(dirs[0]).run.get("config") or {}).get("warmup") or 0)
+    checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs)
+    path = profile.save(out / PROFILE_FILE)
+    return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks)

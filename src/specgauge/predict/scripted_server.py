@@ -1,0 +1,370 @@
+"""A scripted speculative-decoding server whose step time follows a KNOWN law, over real HTTP.
+
+For testing calibration and prediction where the truth is known. It batches the real requests
+continuously like vLLM / the embedded engine (a step prefills the requests that arrived before it
+started and advances every other running request by one speculative step), answers each request with
+the workload's logged output token ids (so replay equals the server exactly), drafts with the real
+specgauge drafters, and sleeps each step for the law's time (``specgauge.predict.law``) scheduled on
+absolute deadlines — the step ends at start + T whatever the host did meanwhile, so nothing drifts.
+Wire shape as vLLM with ``--per-request-spec-decode-metrics detailed``: one SSE chunk per step with
+continuous usage, ``metrics.speculative_decoding`` in the final chunk, and ``/metrics`` with vLLM's
+spec-decode counters and ``vllm:num_requests_running``.
+
+Raw asyncio sockets (as ``specgauge.loadgen.fakeserver``). In a thread: ``with ScriptedServer(...) as
+srv: srv.base_url``; as a process: ``python -m specgauge.predict.scripted_server --workload W --law
+JSON [--speculative-config JSON] --port P``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specgauge.engine.spec_stats import SpecStats
+from specgauge.predict.law import SHAPES, is_model_method
+from specgauge.predict.predict import step_function
+from specgauge.predict.replay import resolve_spec
+
+
+def request_key(body: dict[str, Any]) -> str:
+    """What identifies a workload request in its HTTP body (the prompt and the sampling settings)."""
+    content = body.get("messages") if "messages" in body else body.get("prompt")
+    return json.dumps([content, body.get("temperature"), body.get("seed"), body.get("top_p")], sort_keys=True)
+
+
+def load_logged(workload: Sequence[Path]) -> dict[str, tuple[list[int], list[int]]]:
+    """request key -> (prompt ids, output ids) for every request with logged token ids."""
+    from specgauge.workload.loaders import LoadOptions, load_workload
+
+    out: dict[str, tuple[list[int], list[int]]] = {}
+    for it in load_workload(list(workload), LoadOptions()):
+        r = it.response
+        if r is None or r.output_token_ids is None or r.prompt_token_ids is None:
+            continue
+        out.setdefault(request_key(it.request.body()), (list(r.prompt_token_ids), list(r.output_token_ids)))
+    return out
+
+
+@dataclass
+class _Req:
+    rid: str
+    prompt: list[int]
+    output: list[int]  #: what this request will emit (the logged output up to max_tokens)
+    arrival: float
+    chat: bool
+    writer: asyncio.StreamWriter
+    continuous: bool
+    stats: SpecStats | None
+    emitted: int = 0
+    match: np.ndarray | None = None  #: draft model: draft argmax == logged token, per output position
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ScriptedServer:
+    def __init__(self, workload: Sequence[Path], law: dict[str, float], shape: str = "flattened",
+                 speculative_config: dict[str, Any] | None = None, max_batch: int | None = None,
+                 model_name: str = "scripted", port: int = 0) -> None:
+        if shape not in SHAPES:
+            raise ValueError(f"shape {shape!r}: expected one of {', '.join(SHAPES)}")
+        self.logged = load_logged(workload)
+        self.law, self.shape, self.spec = dict(law), shape, speculative_config
+        self.method, self.k, cfg = resolve_spec(speculative_config)
+        self.step_seconds = step_function(self.law, shape, self.method, self.k)
+        self.max_batch = max_batch
+        self.model_name = model_name
+        self.port = port
+        self.drafter: Any = None
+        self._draft_model: Any = None
+        if self.method is not None and cfg is not None:
+            if is_model_method(self.method):
+                from specgauge.drafters.base import make_drafter
+
+                self._draft_model = make_drafter("draft_model", model=cfg.model, num_speculative_tokens=1)
+            else:
+                from specgauge.drafters.base import make_drafter
+                from specgauge.predict.replay import _accepted_options
+
+                opts = {k: v for k, v in cfg.model_dump().items() if v is not None and k not in ("method", "model")}
+                self.drafter = make_drafter(self.method, **_accepted_options(self.method, opts))
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "gen": 0, "prompt": 0, "success": 0}
+        self.per_pos = [0] * max(self.k, 0)
+        self.steps: list[tuple[float, float]] = []  #: (start, duration) of every step, for tests
+        self._waiting: deque[_Req] = deque()
+        self._running: list[_Req] = []
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._n = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def __enter__(self) -> ScriptedServer:
+        self._thread = threading.Thread(target=self._run_thread, daemon=True, name="scripted-server")
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("scripted server did not start")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run_thread(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        server = loop.run_until_complete(self._start())
+        try:
+            loop.run_forever()
+        finally:
+            server.close()
+            for t in asyncio.all_tasks(loop):
+                t.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    async def _start(self) -> asyncio.base_events.Server:
+        self._wake = asyncio.Event()
+        server = await asyncio.start_server(self._conn, "127.0.0.1", self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        asyncio.get_running_loop().create_task(self._engine())
+        self._ready.set()
+        return server
+
+    async def serve_forever(self) -> None:
+        server = await self._start()
+        async with server:
+            await server.serve_forever()
+
+    # -- the engine loop --------------------------------------------------------------------------
+    async def _engine(self) -> None:
+        assert self._wake is not None
+        perf = time.perf_counter
+        prev_end: float | None = None
+        while True:
+            if not self._running and not self._waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                prev_end = None
+            # busy: this step starts where the last one ended (absolute deadlines, no drift); idle: when
+            # the first waiting request arrived
+            if self._running and prev_end is not None:
+                start = prev_end
+            else:
+                start = max(prev_end or 0.0, self._waiting[0].arrival)
+            admitted: list[_Req] = []
+            cap = self.max_batch or 1 << 30
+            while self._waiting and len(self._running) + len(admitted) < cap and self._waiting[0].arrival <= start:
+                admitted.append(self._waiting.popleft())
+            if not admitted and not self._running:  # the waiting request arrived after `start`: start at it
+                prev_end = None
+                await asyncio.sleep(0)
+                continue
+            decode = self._running
+            plan = [(r, *self._draft(r)) for r in decode]
+            b = len(decode)
+            dsum = sum(d for _, d, _ in plan)
+            dmax = max((d for _, d, _ in plan), default=0)
+            ctx = sum(len(r.prompt) + r.emitted for r in decode)
+            ptok = sum(len(r.prompt) for r in admitted)
+            dur = self.step_seconds(b, dsum, dmax, ctx, ptok, len(admitted))
+            end = start + dur
+            self.steps.append((start, dur))
+            delay = end - perf()
+            if delay > 0.002:
+                await asyncio.sleep(delay - 0.002)
+            while perf() < end:  # the last ~2 ms: yield until the deadline (timers wake ~1 ms late)
+                await asyncio.sleep(0)
+            still: list[_Req] = []
+            for r, d, a in plan:
+                n = min(a + 1, len(r.output) - r.emitted)
+                if r.stats is not None:
+                    r.stats.observe(d, a)
+                    if d:
+                        self.counters["drafts"] += 1
+                        self.counters["draft_tokens"] += d
+                        self.counters["accepted"] += a
+                        for i in range(a):
+                            self.per_pos[i] += 1
+                if self._emit(r, n):
+                    still.append(r)
+            for r in admitted:
+                if self.drafter is not None:
+                    self.drafter.begin(r.rid, r.prompt)
+                if self._draft_model is not None:
+                    pred = self._draft_model.teacher_forced_argmax(r.prompt, r.output)
+                    r.match = np.asarray(pred) == np.asarray(r.output)
+                if self._emit(r, 1):
+                    still.append(r)
+            self._running = still
+            prev_end = end
+
+    def _draft(self, r: _Req) -> tuple[int, int]:
+        """(drafted, accepted) of this request's next step: the real drafter's proposal on the real history."""
+        pos = r.emitted
+        if self.method is None:
+            return 0, 0
+        if r.match is not None:  # greedy draft model: k drafts, accepted while its argmax matches
+            run = 0
+            while run < self.k and pos + run < len(r.output) and r.match[pos + run]:
+                run += 1
+            return self.k, run
+        history = r.prompt + r.output[:pos]
+        d = self.drafter.propose(r.rid, history, self.k)
+        a = 0
+        while a < len(d) and pos + a < len(r.output) and d[a] == r.output[pos + a]:
+            a += 1
+        return len(d), a
+
+    def _emit(self, r: _Req, n: int) -> bool:
+        """Send one step's tokens; True while the request goes on."""
+        toks = r.output[r.emitted : r.emitted + n]
+        r.emitted += n
+        self.counters["gen"] += n
+        done = r.emitted >= len(r.output)
+        c: dict[str, Any] = {"index": 0, "finish_reason": "length" if done else None}
+        text = "".join(f" t{t}" for t in toks)
+        if r.chat:
+            c["delta"] = {"content": text}
+        else:
+            c["text"] = text
+        usage = {"prompt_tokens": len(r.prompt), "completion_tokens": r.emitted, "total_tokens": len(r.prompt) + r.emitted}
+        obj: dict[str, Any] = {"id": r.rid, "object": "chat.completion.chunk" if r.chat else "text_completion",
+                               "model": self.model_name, "choices": [c]}
+        if r.continuous:
+            obj["usage"] = usage
+        data = [obj]
+        if done:
+            tail: dict[str, Any] = {"id": r.rid, "model": self.model_name, "choices": [], "usage": usage}
+            if r.stats is not None:
+                tail["metrics"] = {"speculative_decoding": r.stats.to_vllm(detailed=True)}
+            data.append(tail)
+        payload = b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in data)
+        if done:
+            payload += b"data: [DONE]\n\n"
+        try:
+            r.writer.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n" + (b"0\r\n\r\n" if done else b""))
+        except (ConnectionError, RuntimeError):
+            pass
+        if done:
+            r.done.set()
+            self.counters["success"] += 1
+            if self.drafter is not None:
+                self.drafter.end(r.rid, r.output)
+        return not done
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    async def _conn(self, rd: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await rd.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+                    return
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                hdrs = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body = await rd.readexactly(int(hdrs.get("content-length", "0") or 0))
+                if not await self._handle(method, path.split("?")[0], body, w):
+                    return
+        except (ConnectionError, asyncio.CancelledError, asyncio.IncompleteReadError):
+            return
+        finally:
+            try:
+                w.close()
+            except RuntimeError:
+                pass
+
+    async def _plain(self, w: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> bool:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "X")
+        w.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        await w.drain()
+        return True
+
+    async def _handle(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> bool:
+        if path == "/health":
+            return await self._plain(w, 200, b"")
+        if path == "/metrics":
+            return await self._plain(w, 200, self.metrics_text().encode(), "text/plain; version=0.0.4")
+        if path == "/v1/models":
+            return await self._plain(w, 200, json.dumps({"object": "list", "data": [{"id": self.model_name, "object": "model"}]}).encode())
+        if path == "/version":
+            return await self._plain(w, 200, json.dumps({"version": "scripted-1", "law": self.law, "shape": self.shape,
+                                                         "speculative_config": self.spec}).encode())
+        if path not in ("/v1/completions", "/v1/chat/completions"):
+            return await self._plain(w, 404, b'{"error":{"message":"no such path"}}')
+        try:
+            req = json.loads(body or b"{}")
+            prompt, out = self.logged[request_key(req)]
+        except (ValueError, KeyError):
+            return await self._plain(w, 400, b'{"error":{"message":"not a request of the scripted workload"}}')
+        mt = req.get("max_tokens")
+        out = out[: int(mt)] if mt else out
+        self._n += 1
+        opts = req.get("stream_options") or {}
+        r = _Req(f"req-{self._n}", prompt, out, time.perf_counter(), path.endswith("chat/completions"), w,
+                 bool(opts.get("continuous_usage_stats")), SpecStats(self.k) if self.k else None)
+        self.counters["prompt"] += len(prompt)
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        self._waiting.append(r)
+        assert self._wake is not None
+        self._wake.set()
+        # the engine loop writes the rest; keep the connection until this request's last chunk went out
+        await r.done.wait()
+        await w.drain()
+        return True
+
+    def metrics_text(self) -> str:
+        c = self.counters
+        lb = f'engine="0",model_name="{self.model_name}"'
+        out = [
+            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lb}}} {len(self._running)}",
+            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lb}}} {len(self._waiting)}",
+            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lb}}} 0.0",
+            "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lb},finished_reason="length"}} {c["success"]}',
+            "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lb}}} {c['gen']}",
+            "# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{lb}}} {c['prompt']}",
+        ]
+        if self.k:
+            out += [
+                "# TYPE vllm:spec_decode_num_drafts counter", f"vllm:spec_decode_num_drafts_total{{{lb}}} {c['drafts']}",
+                "# TYPE vllm:spec_decode_num_draft_tokens counter", f"vllm:spec_decode_num_draft_tokens_total{{{lb}}} {c['draft_tokens']}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens counter", f"vllm:spec_decode_num_accepted_tokens_total{{{lb}}} {c['accepted']}",
+                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+            ] + [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lb},position="{i}"}} {v}' for i, v in enumerate(self.per_pos)]
+        return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m specgauge.predict.scripted_server", description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", type=Path, action="append", required=True)
+    ap.add_argument("--law", required=True, help="JSON object of law parameters (seconds)")
+    ap.add_argument("--shape", default="flattened", choices=SHAPES)
+    ap.add_argument("--speculative-config", default=None)
+    ap.add_argument("--max-batch", type=int, default=None)
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--served-model-name", default="scripted")
+    a = ap.parse_args(argv)
+    spec = json.loads(a.speculative_config) if a.speculative_config else None
+    srv = ScriptedServer(a.workload, json.loads(a.law), a.shape, spec, a.max_batch, a.served_model_name, a.port)
+    asyncio.run(srv.serve_forever())
+
+
+if __name__ == "__main__":
+    main()

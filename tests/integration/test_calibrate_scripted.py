@@ -1,0 +1,97 @@
+"""calibrate + predict against a scripted server with a KNOWN step-cost law, over real HTTP.
+
+The scripted server (``specgauge.predict.scripted_server``) batches the real requests continuously,
+answers with the workload's logged token ids, drafts with the real drafters and sleeps each step for
+the law's time on absolute deadlines. Calibration must recover the law, and predictions for configs
+it was not calibrated on must match the speedup bench + compare then measure on that server.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from specgauge.predict import CellSpec, predict_cells
+from specgauge.predict.calibrate import CalibrateConfig, measure_cell, run_calibration
+from specgauge.predict.scripted_server import ScriptedServer
+from specgauge.sweep import ServerTarget, run_grid
+from specgauge.sweep.grid import config_label, grid_method
+from specgauge.workload.samples import sample_logged_path
+
+# seconds; steps of 12-40 ms so that scheduler jitter stays well under 1 %
+LAW = {"a": 0.010, "r": 0.0012, "b": 0.0006, "c": 4e-7, "p": 4e-6, "q": 0.0015,
+       "host[ngram]": 0.0008, "host[suffix]": 0.0015}
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 16 logged sample requests, outputs cut to 24 tokens (max_tokens says so too)."""
+    out = tmp_path_factory.mktemp("wl") / "logged.jsonl"
+    lines = []
+    with open(sample_logged_path(), encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            if len(d["response"]["output_token_ids"]) < 8:
+                continue
+            d["request"]["max_tokens"] = MAX_TOKENS
+            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:MAX_TOKENS]
+            d["response"]["text"] = ""
+            lines.append(json.dumps(d))
+            if len(lines) == 16:
+                break
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def serve(stack: ExitStack, workload: Path, specs: dict[str, dict | None]) -> ServerTarget:
+    urls = {}
+    for label, spec in specs.items():
+        srv = stack.enter_context(ScriptedServer([workload], LAW, "flattened", spec))
+        urls[label] = srv.base_url
+    return ServerTarget.from_urls(urls)
+
+
+def spec(method: str, k: int) -> tuple[str, dict]:
+    s = grid_method(method, k)
+    return config_label(s), s
+
+
+def test_calibrate_recovers_the_law_and_predicts_unseen_configs(workload: Path, tmp_path: Path) -> None:
+    calib = dict([("off", None), spec("ngram", 4), spec("suffix", 4)])
+    with ExitStack() as stack:
+        target = serve(stack, workload, calib)
+        res = run_calibration(CalibrateConfig(workload=[workload], out_dir=tmp_path / "cal", methods=["ngram", "suffix"],
+                                              concurrencies=[1, 4], num_prompts=16, bootstrap=100, target=target, warmup=0))
+    prof = res.profile
+    assert prof.shape == "flattened"
+    got = prof.params
+    for name in ("a", "b", "host[ngram]", "host[suffix]"):
+        assert got[name] == pytest.approx(LAW[name], rel=0.05), (name, got)
+    # per request in the batch: r and the context term c trade off (Σ context grows with B); their sum
+    # at the runs' mean context is what the data pins down. Prefill terms (p, q) share the TTFT rows
+    # with the HTTP round trip (ell) and are not asserted.
+    ctx = 24 / 2 + sum(len(json.loads(x)["response"]["prompt_token_ids"]) for x in workload.read_text().splitlines()) / 16
+    assert got["r"] + got["c"] * ctx == pytest.approx(LAW["r"] + LAW["c"] * ctx, rel=0.05), got
+    assert prof.residuals["relative_rmse"] < 0.02
+    for run, chk in prof.replay_checks.items():  # the server drafts exactly what replay says
+        assert chk["gap"] == pytest.approx(0.0, abs=0.02), (run, chk)
+    for c in res.checks:  # in-sample
+        assert c.error is not None and abs(c.error) < 0.02, c
+
+    unseen = dict([("off", None), spec("ngram", 2), spec("ngram", 8)])
+    cells = [CellSpec(label=lb, speculative_config=s, concurrency=c) for lb, s in unseen.items() for c in (2, 8)]
+    with ExitStack() as stack:
+        target = serve(stack, workload, unseen)
+        grid = run_grid(cells, target, [workload], tmp_path / "val", num_prompts=16, warmup=0)
+    preds = predict_cells(prof, [workload], [c for c in cells if c.speculative_config], num_prompts=16)
+    errors = {}
+    for p in preds:
+        measured, lo, hi = measure_cell(grid.cell_dir("off", p.concurrency), grid.cell_dir(p.label, p.concurrency))
+        assert measured is not None
+        errors[(p.label, p.concurrency)] = (p.speedup, measured)
+    bad = {k: v for k, v in errors.items() if abs(v[0] / v[1] - 1) > 0.02}
+    assert not bad, errors
