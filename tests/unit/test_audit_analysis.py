@@ -9,7 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specgauge.audit.analysis import StatsSettings, distribution_tests, greedy_check, judge
+from specgauge.audit.analysis import (
+    StatsSettings,
+    distribution_tests,
+    greedy_check,
+    judge,
+)
 from specgauge.audit.client import AuditError, Completion
 from specgauge.audit.prompts import AuditPrompt, builtin_prompts, fingerprint
 from specgauge.audit.store import SampleStore

@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pytest
@@ -92,7 +92,7 @@ class Scripted:
     async def _models(self, _: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "scripted"}]})
 
-    def __enter__(self) -> Scripted:
+    def __enter__(self) -> Self:
         app_ = web.Application()
         app_.router.add_post("/v1/completions", self._completions)
         app_.router.add_get("/v1/models", self._models)
@@ -110,15 +110,16 @@ class Scripted:
         self._ready.wait(10)
         return self
 
-    def __exit__(self, *_: Any) -> None:
+    def __exit__(self, *_: object) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
 
 def _cfg(tmp: Path, cand: Scripted, ref: Scripted, **kw: Any) -> AuditConfig:
-    base = dict(base_url=cand.url, reference_url=ref.url, num_prompts=2, samples=300, positions=3, greedy_rounds=2,
-                greedy_tokens=8, output_dir=tmp / "out", stats=StatsSettings(alpha=0.01, detect_tv=0.3))
+    base: dict[str, Any] = {"base_url": cand.url, "reference_url": ref.url, "num_prompts": 2, "samples": 300,
+                            "positions": 3, "greedy_rounds": 2, "greedy_tokens": 8, "output_dir": tmp / "out",
+                            "stats": StatsSettings(alpha=0.01, detect_tv=0.3)}
     return AuditConfig(**{**base, **kw})
 
 
@@ -155,9 +156,9 @@ def test_without_n_and_token_ids_it_uses_single_requests_and_logprobs(tmp_path: 
 
 
 def test_a_fault_keeps_the_samples_and_resume_completes(tmp_path: Path) -> None:
-    with Scripted(fail_after=5) as cand, Scripted(seed=1) as ref:
-        with pytest.raises(AuditError, match=r"candidate server .*HTTP 500: engine died.*rerun with --resume"):
-            run_audit(_cfg(tmp_path, cand, ref))
+    fault = r"candidate server .*HTTP 500: engine died.*rerun with --resume"
+    with Scripted(fail_after=5) as cand, Scripted(seed=1) as ref, pytest.raises(AuditError, match=fault):
+        run_audit(_cfg(tmp_path, cand, ref))
     kept = (tmp_path / "out" / "samples.jsonl").read_text().splitlines()
     # header, the reference's 300 samples of prompt 0, the candidate's 3 requests x 50 before it failed
     assert len(kept) == 1 + 300 + 150
