@@ -109,9 +109,9 @@ def vllm_server(venv: Path, model: Path, log: Path, speculative_config: dict | N
     port = free_port()
     cmd = [*_nice(nice), str(venv / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", served_model_name, "--max-model-len", str(max_model_len), "--dtype", "float32",
-           "--enforce-eager", "--per-request-spec-decode-metrics", "detailed", *extra]
-    if speculative_config:
-        cmd += ["--speculative-config", json.dumps(speculative_config)]
+           "--enforce-eager", *extra]
+    if speculative_config:  # vLLM refuses per-request spec metrics without speculation
+        cmd += ["--per-request-spec-decode-metrics", "detailed", "--speculative-config", json.dumps(speculative_config)]
     base_env = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "OMP_NUM_THREADS": "1"}
     return ManagedServer("vllm serve", cmd, port, log, env={**base_env, **(env or {})}, health_timeout=400)
