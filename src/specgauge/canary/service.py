@@ -108,6 +108,16 @@ class CanaryService:
             return None
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._close_sessions()
+            self._log.close()
+            for f in self._files.values():
+                f.close()
+            raise
+
+    async def _start(self) -> None:
         cfg = self.cfg
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         bs, cs = self._session(), self._session()
@@ -140,13 +150,13 @@ class CanaryService:
                            session_header=cfg.session_header, hash_seed=cfg.hash_seed, timeout_s=cfg.timeout_s,
                            first_byte_timeout_s=cfg.first_byte_timeout_s, shadow_max_inflight=cfg.shadow_max_inflight,
                            tag_responses=cfg.tag_responses, metrics_body=self.metrics.render, metrics_type=self.metrics.content_type)
-        self._runner = web.AppRunner(self.proxy.app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         try:
             await site.start()
         except OSError as e:
-            await self._close_sessions()
+            await self._runner.cleanup()
             raise CanaryError(f"--port {cfg.port}: cannot listen on {cfg.host}:{cfg.port} ({e.strerror or e})") from None
         server = site._server
         self.port = server.sockets[0].getsockname()[1] if server is not None and server.sockets else cfg.port  # type: ignore[union-attr]
@@ -271,7 +281,7 @@ class CanaryService:
         return None, None
 
     async def evaluate(self) -> dict[str, Any] | None:
-        """Judge the current window and act on it; the logged event (None once rolled back)."""
+        """Judge the current window and act on it; the logged event as JSON data (None once rolled back)."""
         async with self._evaluating:
             assert self.controller is not None and self.proxy is not None
             ctl = self.controller
@@ -299,7 +309,7 @@ class CanaryService:
             self._update_metrics()
             if d.new_window or w.age() >= self.cfg.max_window_intervals * self.cfg.interval_s * 0.999:
                 self.window = Window(weight=ctl.weight, snapshot=snap)
-            return event
+            return clean(event)
 
     def _update_metrics(self) -> None:
         assert self.controller is not None
