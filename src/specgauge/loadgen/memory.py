@@ -1,80 +1,59 @@
-"""Device memory sampled during a run: ``nvidia-smi``, ``amd-smi`` or ``rocm-smi``, whichever exists.
+"""Device memory (and power / utilisation where the tool gives them) sampled during a run, from
+``nvidia-smi``, ``amd-smi`` or ``rocm-smi`` — whichever is on PATH and answers.
 
-A tool that is absent is reported as absent (``{"tool": None, "reason": …}``), never as zero
-memory. Sampling runs the tool in a subprocess every ``interval`` seconds off the event loop's
-critical path; the summary keeps per device the peak and last used MiB and the total.
+Probes are tried in order (``PROBES``): ``nvidia-smi``; ``amd-smi metric --json``; ``amd-smi monitor``
+(its table: guests and releases whose ``metric`` lacks a flag); ``rocm-smi --json``. The first that
+yields memory is kept for the run. A tool that is absent is reported absent (``{"tool": None,
+"reason": …}``), never as zero memory. A tool that hangs is killed after ``timeout`` seconds (its
+whole process group) and not asked again; one that keeps failing is dropped after
+``MAX_FAILURES`` tries; either way ``warning`` holds one line for the run's warnings and the bench
+goes on without device memory. Parsers: ``specgauge.loadgen.smi``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
+import os
 import shutil
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgauge.loadgen.smi import (
+    NVIDIA_QUERY,
+    Row,
+    parse_amd_smi,
+    parse_amd_smi_monitor,
+    parse_nvidia_smi,
+    parse_rocm_smi,
+)
+
+__all__ = ["PROBES", "TOOLS", "MemorySampler", "Probe", "find_tool", "parse_amd_smi", "parse_amd_smi_monitor",
+           "parse_nvidia_smi", "parse_rocm_smi"]
+
 TOOLS = ("nvidia-smi", "amd-smi", "rocm-smi")
+MAX_FAILURES = 3
 
 
-def parse_nvidia_smi(text: str) -> list[dict[str, float]]:
-    """``--query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits`` → MiB per device."""
-    out = []
-    for line in text.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            try:
-                out.append({"device": float(parts[0]), "used_mib": float(parts[1]), "total_mib": float(parts[2])})
-            except ValueError:
-                continue
-    return out
+@dataclass(frozen=True)
+class Probe:
+    tool: str
+    args: tuple[str, ...]
+    parse: Callable[[str], list[Row]]
+
+    @property
+    def command(self) -> str:
+        return " ".join((self.tool, *self.args))
 
 
-def _to_mib(v: Any) -> float | None:
-    if isinstance(v, dict):
-        unit = str(v.get("unit", "MB")).lower()
-        val = v.get("value")
-    else:
-        unit, val = "b", v
-    try:
-        x = float(val)
-    except (TypeError, ValueError):
-        return None
-    return {"b": x / 2**20, "kb": x / 1024, "kib": x / 1024, "mb": x, "mib": x, "gb": x * 1024, "gib": x * 1024}.get(unit, x)
-
-
-def parse_amd_smi(text: str) -> list[dict[str, float]]:
-    """``amd-smi metric --mem-usage --json``: a list of {gpu, mem_usage: {used_vram, total_vram}}."""
-    data = json.loads(text)
-    items = data if isinstance(data, list) else data.get("gpu_data", [])
-    out = []
-    for i, g in enumerate(items):
-        mu = g.get("mem_usage", {}) if isinstance(g, dict) else {}
-        used, total = _to_mib(mu.get("used_vram")), _to_mib(mu.get("total_vram"))
-        if used is not None and total is not None:
-            out.append({"device": float(g.get("gpu", i)), "used_mib": used, "total_mib": total})
-    return out
-
-
-def parse_rocm_smi(text: str) -> list[dict[str, float]]:
-    """``rocm-smi --showmeminfo vram --json``: {"card0": {"VRAM Total Memory (B)": …, "VRAM Total Used Memory (B)": …}}."""
-    data = json.loads(text)
-    out = []
-    for i, (card, d) in enumerate(sorted(data.items())):
-        if not isinstance(d, dict):
-            continue
-        total = d.get("VRAM Total Memory (B)")
-        used = d.get("VRAM Total Used Memory (B)")
-        if total is not None and used is not None:
-            out.append({"device": float(i), "used_mib": float(used) / 2**20, "total_mib": float(total) / 2**20})
-    return out
-
-
-_COMMANDS: dict[str, tuple[list[str], Any]] = {
-    "nvidia-smi": (["--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"], parse_nvidia_smi),
-    "amd-smi": (["metric", "--mem-usage", "--json"], parse_amd_smi),
-    "rocm-smi": (["--showmeminfo", "vram", "--json"], parse_rocm_smi),
-}
+PROBES: tuple[Probe, ...] = (
+    Probe("nvidia-smi", (f"--query-gpu={NVIDIA_QUERY}", "--format=csv,noheader,nounits"), parse_nvidia_smi),
+    Probe("amd-smi", ("metric", "--mem-usage", "--power", "--usage", "--json"), parse_amd_smi),
+    Probe("amd-smi", ("monitor", "--power-usage", "--gfx", "--vram-usage"), parse_amd_smi_monitor),
+    Probe("rocm-smi", ("--showmeminfo", "vram", "--showuse", "--showpower", "--json"), parse_rocm_smi),
+)
 
 
 def find_tool() -> str | None:
@@ -84,42 +63,108 @@ def find_tool() -> str | None:
     return None
 
 
+class _Failed(Exception):
+    def __init__(self, msg: str, hung: bool = False) -> None:
+        super().__init__(msg)
+        self.hung = hung
+
+
+async def _run(probe: Probe, timeout: float) -> str:
+    """stdout of one probe; _Failed (with why) when it cannot start, hangs or exits non-zero."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            probe.tool, *probe.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise _Failed(f"{probe.tool}: {e.strerror or e}") from None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    except asyncio.TimeoutError:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the tool and anything it started
+        except ProcessLookupError:
+            pass
+        await proc.wait()
+        raise _Failed(f"`{probe.command}` did not answer within {timeout:g} s and was stopped", hung=True) from None
+    if proc.returncode != 0:
+        msg = err.decode(errors="replace").strip().splitlines()
+        raise _Failed(f"`{probe.command}` exited {proc.returncode}" + (f": {msg[-1][:160]}" if msg else ""))
+    return out.decode(errors="replace")
+
+
 @dataclass
 class MemorySampler:
     interval: float = 1.0
-    tool: str | None = None
-    samples: list[list[dict[str, float]]] = field(default_factory=list)
+    tool: str | None = None  #: restrict to this tool's probes (None: any on PATH)
+    timeout: float = 5.0  #: seconds one tool call may take before it is killed
+    samples: list[list[Row]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    probe: Probe | None = None  #: the probe in use once one answered
+    disabled: str | None = None  #: why sampling stopped early
+    _candidates: list[Probe] | None = None
+    _failures: int = 0
+    _last_tried: Probe | None = None
     _task: asyncio.Task[None] | None = None
 
-    async def sample_once(self) -> list[dict[str, float]] | None:
-        if self.tool is None:
-            return None
-        args, parse = _COMMANDS[self.tool]
+    def candidates(self) -> list[Probe]:
+        if self._candidates is None:
+            self._candidates = [p for p in PROBES if (self.tool is None or p.tool == self.tool) and shutil.which(p.tool)]
+        return self._candidates
+
+    async def _try(self, probe: Probe) -> list[Row] | None:
+        self._last_tried = probe
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self.tool, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-            )
-            out, err = await asyncio.wait_for(proc.communicate(), timeout=10)
-            if proc.returncode != 0:
-                self.errors.append(f"{self.tool} exited {proc.returncode}: {err.decode(errors='replace')[:200]}")
-                return None
-            rows: list[dict[str, float]] = parse(out.decode(errors="replace"))
-        except (OSError, asyncio.TimeoutError, ValueError, json.JSONDecodeError) as e:
-            self.errors.append(f"{self.tool}: {e}")
+            rows = probe.parse(await _run(probe, self.timeout))
+        except _Failed as e:
+            self.errors.append(str(e))
+            if e.hung:
+                raise
             return None
+        except ValueError as e:
+            self.errors.append(f"`{probe.command}`: output not understood ({e})")
+            return None
+        if not any("used_mib" in r for r in rows):
+            self.errors.append(f"`{probe.command}`: no memory figures in its output")
+            return None
+        return rows
+
+    async def sample_once(self) -> list[Row] | None:
+        if self.disabled is not None:
+            return None
+        if self.probe is None:  # find the first probe that answers with memory
+            for p in self.candidates():
+                try:
+                    rows = await self._try(p)
+                except _Failed:
+                    continue  # hung: try the next tool, never this one again
+                if rows is not None:
+                    self.probe, self.tool = p, p.tool
+                    self.samples.append(rows)
+                    return rows
+            self.disabled = "no telemetry tool answered with memory: " + "; ".join(self.errors[-3:]) if self.candidates() else "absent"
+            return None
+        try:
+            rows = await self._try(self.probe)
+        except _Failed as e:
+            self.disabled = str(e)
+            return None
+        if rows is None:
+            self._failures += 1
+            if self._failures >= MAX_FAILURES:
+                self.disabled = f"`{self.probe.command}` failed {self._failures} times in a row: {self.errors[-1]}"
+            return None
+        self._failures = 0
         self.samples.append(rows)
         return rows
 
     async def _loop(self) -> None:
-        while True:
+        while self.disabled is None:
             await self.sample_once()
             await asyncio.sleep(self.interval)
 
     def start(self) -> None:
-        if self.tool is None:
-            self.tool = find_tool()
-        if self.tool is not None and self._task is None:
+        if self.candidates() and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
@@ -131,19 +176,46 @@ class MemorySampler:
                 pass
             self._task = None
 
+    @property
+    def warning(self) -> str | None:
+        """One line for the run's warnings when a tool was found but memory could not be read
+        (throughout or from some point on); None when sampling worked or no tool exists."""
+        if not self.candidates() or self.disabled in (None, "absent"):
+            return None
+        when = "from then on" if self.samples else "for this run"
+        return f"device memory not measured {when}: {self.disabled}"
+
     def summary(self) -> dict[str, Any]:
-        if self.tool is None:
-            return {"tool": None, "reason": f"none of {', '.join(TOOLS)} found on PATH: device memory not measured"}
+        tried = self.probe or self._last_tried
+        if tried is None and not self.samples:
+            if not self.candidates():
+                return {"tool": None, "reason": f"none of {', '.join(TOOLS)} found on PATH: device memory not measured"}
+            tried = self.candidates()[0]
         devices: dict[int, dict[str, float]] = {}
+        util_sum: dict[int, tuple[float, int]] = {}
         for rows in self.samples:
             for r in rows:
-                d = devices.setdefault(int(r["device"]), {"peak_used_mib": 0.0, "total_mib": r["total_mib"]})
-                d["peak_used_mib"] = max(d["peak_used_mib"], r["used_mib"])
-                d["last_used_mib"] = r["used_mib"]
-                d["min_free_mib"] = min(d.get("min_free_mib", math.inf), r["total_mib"] - r["used_mib"])  # headroom
-        out: dict[str, Any] = {"tool": self.tool, "samples": len(self.samples), "devices": devices}
+                dev = int(r["device"])
+                d = devices.setdefault(dev, {})
+                if "used_mib" in r:
+                    d["peak_used_mib"] = max(d.get("peak_used_mib", 0.0), r["used_mib"])
+                    d["total_mib"] = r["total_mib"]
+                    d["last_used_mib"] = r["used_mib"]
+                    d["min_free_mib"] = min(d.get("min_free_mib", math.inf), r["total_mib"] - r["used_mib"])  # headroom
+                if "power_w" in r:
+                    d["peak_power_w"] = max(d.get("peak_power_w", 0.0), r["power_w"])
+                if "util_pct" in r:
+                    s, n = util_sum.get(dev, (0.0, 0))
+                    util_sum[dev] = (s + r["util_pct"], n + 1)
+        for dev, (s, n) in util_sum.items():
+            devices[dev]["mean_util_pct"] = s / n
+        out: dict[str, Any] = {"tool": tried.tool if tried else self.tool, "samples": len(self.samples), "devices": devices}
+        if tried is not None:
+            out["command"] = tried.command
         if not self.samples:
             out["reason"] = "no sample succeeded: " + "; ".join(self.errors[:3])
         elif self.errors:
             out["errors"] = self.errors[:5]
+        if self.warning:
+            out["warning"] = self.warning
         return out
