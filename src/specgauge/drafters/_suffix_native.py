@@ -84,12 +84,12 @@ class NativeSuffixCache:
         factor: float,
         min_prob: float,
         max_model_len: int | None,
-    ) -> tuple[list[int], list[int], int]:
+    ) -> tuple[list[int], list[int], int, list[int]]:
         """The decode steps of one started request whose prompt + whole output is ``tokens``, each
         step exactly ``propose`` then accept-the-matching-prefix (``base.replay_by_stepping``), with
         the per-step Python overhead stripped: the request's two native trees are called directly
         (``add_active_response`` and ``speculate`` do the same calls after argument checks).
-        Returns (drafted, accepted, tokens learned so far)."""
+        Returns (drafted, accepted, tokens learned so far, the final step's draft)."""
         cache = self.cache
         local = cache._local_trees[request_id]
         glob = cache._global_tree
@@ -99,9 +99,10 @@ class NativeSuffixCache:
         drafted: list[int] = []
         accepted: list[int] = []
         n = prompt_len + 1  # output token 0 came from the prefill
+        draft: list[int] = []
         while n < total:
             if max_model_len is not None and n >= max_model_len:
-                draft: list[int] = []  # vLLM skips the request, learning nothing
+                draft = []  # vLLM skips the request, learning nothing
             else:
                 kk = k if max_model_len is None else min(k, max_model_len - n - 1)
                 new = tokens[seen:n]
@@ -112,7 +113,7 @@ class NativeSuffixCache:
                 context = tokens[n - depth : n] if n > depth else tokens[:n]
                 d1 = local.speculate(context, kk, factor, 0.0, min_prob, False)
                 d2 = glob.speculate(context, kk, factor, 0.0, min_prob, False)
-                draft = (d1 if d1.score >= d2.score else d2).token_ids
+                draft = list((d1 if d1.score >= d2.score else d2).token_ids)
             a = 0
             for t in draft:
                 if n + a >= total or t != tokens[n + a]:
@@ -121,4 +122,4 @@ class NativeSuffixCache:
             drafted.append(len(draft))
             accepted.append(a)
             n += a + 1
-        return drafted, accepted, seen
+        return drafted, accepted, seen, draft

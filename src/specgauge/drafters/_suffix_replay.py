@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specgauge.drafters.suffix import best_draft
+from specgauge.drafters._suffix_bounds import global_draft_certain
+from specgauge.drafters._suffix_tree import best_draft
 
 if TYPE_CHECKING:
-    from specgauge.drafters.suffix import SuffixTree
+    from specgauge.drafters._suffix_bounds import UnknownTails
+    from specgauge.drafters._suffix_tree import SuffixTree
 
 
 def replay_steps(
@@ -34,10 +36,13 @@ def replay_steps(
     limits: list[int],
     min_prob: float,
     max_model_len: int | None,
-) -> tuple[list[int], list[int], int]:
+    tails: UnknownTails | None = None,
+) -> tuple[list[int], list[int], int, list[int], int | None]:
     """Decode steps of a begun request whose prompt + whole output is ``tokens``; ``seen`` tokens are
     already in the trees (``seq``: its global sequence, None without a global slot). ``limits`` from
-    ``suffix.spec_limits``; ``min_prob`` already float32. Returns (drafted, accepted, seen)."""
+    ``suffix.spec_limits``; ``min_prob`` already float32. With ``tails`` (unknown tokens in the global
+    tree), each step's draft is checked with ``_suffix_bounds.global_draft_certain``. Returns
+    (drafted, accepted, seen, the final step's draft, index of the first uncertain step or None)."""
     depth = local.max_depth
     total = len(tokens)
     drafted: list[int] = []
@@ -45,9 +50,11 @@ def replay_steps(
     l_append, g_append = local.append, glob.append
     groot = glob.root
     n = prompt_len + 1  # output token 0 came from the prefill
+    draft: list[int] = []
+    first_uncertain: int | None = None
     while n < total:
         if max_model_len is not None and n >= max_model_len:
-            draft: list[int] = []  # vLLM skips the request, learning nothing
+            draft = []  # vLLM skips the request, learning nothing
         else:
             kk = k if max_model_len is None else min(k, max_model_len - n - 1)
             for i in range(seen, n):
@@ -63,6 +70,9 @@ def replay_steps(
                 g_score, g_draft, _, _ = best_draft(groot, context, g_active, kk, limits, min_prob, max(l_score, 0.0))
                 if g_draft:
                     draft = g_draft
+                if (first_uncertain is None and tails is not None and tails.total
+                        and not global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)):
+                    first_uncertain = len(drafted)
         a = 0
         for t in draft:
             if n + a >= total or t != tokens[n + a]:
@@ -71,4 +81,4 @@ def replay_steps(
         drafted.append(len(draft))
         accepted.append(a)
         n += a + 1
-    return drafted, accepted, seen
+    return drafted, accepted, seen, draft, first_uncertain

@@ -47,263 +47,27 @@ float32 (exact here: double results rounded once to float32 equal float32 arithm
 from __future__ import annotations
 
 import gc
-import struct
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
+from specgauge.drafters._suffix_bounds import UnknownTails
 from specgauge.drafters._suffix_native import NativeSuffixCache, resolve_backend
+from specgauge.drafters._suffix_tree import (
+    Draft,
+    SuffixTree,
+    _Node,
+    best_draft,
+    f32,
+    spec_limits,
+)
 from specgauge.drafters.base import ReplayTrace, register_drafter
 
-_F32 = struct.Struct("f")
+__all__ = ["Draft", "SuffixDrafter", "SuffixTrace", "SuffixTree", "_Node", "best_draft", "f32", "spec_limits"]
 
 
-def f32(x: float) -> float:
-    """Round to the nearest float32, as C++ ``float`` arithmetic does."""
-    return _F32.unpack(_F32.pack(x))[0]
-
-
-_NO_TOKENS: list[int] = []
-_NO_PROBS: list[float] = []
-
-
-_NO_CHILDREN: dict[int, _Node] = {}  # shared by leaves, never mutated (replaced on the first child)
-_NO_ORDER: list[_Node] = []
-
-
-class _Node:
-    """A trie node. No parent pointer: the trie holds no reference cycles, so evicted subtrees are
-    freed by reference counting and the cyclic garbage collector has nothing to find in it."""
-
-    __slots__ = ("count", "token", "children", "order")
-
-    def __init__(self, token: int, count: int = 0) -> None:
-        self.count = count
-        self.token = token
-        self.children: dict[int, _Node] = _NO_CHILDREN
-        self.order: list[_Node] = _NO_ORDER  # children by decreasing count, C++ sibling-list order
-
-
-def _neg_count(n: _Node) -> int:
-    return -n.count
-
-
-def _run_start(sib: list[_Node], count: int) -> int:
-    """Index of the first sibling whose count is <= ``count`` (siblings are sorted by decreasing count)."""
-    return bisect_left(sib, -count, key=_neg_count)
-
-
-def _increment(sib: list[_Node], node: _Node) -> None:
-    """``node.count += 1`` among its siblings ``sib`` (its parent's ``order``), moved as C++ moves it."""
-    c = node.count
-    i = sib.index(node, _run_start(sib, c))  # node inside its equal-count run
-    if i == 0 or sib[i - 1].count > c + 1:
-        node.count = c + 1
-        return
-    j = _run_start(sib, sib[i - 1].count)  # head of the previous sibling's run
-    del sib[i]
-    node.count = c + 1
-    sib.insert(j, node)
-
-
-def _decrement(sib: list[_Node], node: _Node) -> None:
-    c = node.count
-    i = sib.index(node, _run_start(sib, c))
-    if i == len(sib) - 1 or sib[i + 1].count < c:
-        node.count = c - 1
-        return
-    j = _run_start(sib, c - 1)  # first node of the next (smaller-count) run
-    del sib[i]
-    node.count = c - 1
-    sib.insert(j - 1, node)
-
-
-@dataclass
-class Draft:
-    token_ids: list[int] = field(default_factory=list)
-    probs: list[float] = field(default_factory=list)
-    score: float = 0.0
-    match_len: int = 0
-
-
-class SuffixTree:
-    """Suffix trie over several sequences, each suffix truncated to ``max_depth`` tokens."""
-
-    def __init__(self, max_depth: int) -> None:
-        self.max_depth = max_depth
-        # the root keeps ``children`` only: its sibling order is never read (drafts start at a match
-        # of >= 1 token), and keeping it would cost a scan of the root's huge count-1 run per token
-        self.root = _Node(-1)
-        self.root.children = {}
-        self._seqs: dict[int, list[int]] = {}
-        # per sequence: the nodes of its last min(len, max_depth) suffixes, longest first, so
-        # active[-m] is the node of the sequence's last m tokens
-        self._active: dict[int, list[_Node]] = {}
-
-    def num_seqs(self) -> int:
-        return len(self._seqs)
-
-    def active_nodes(self, seq_id: int) -> list[_Node]:
-        """Nodes of the last 1..min(len, max_depth) tokens of ``seq_id`` (``[-m]``: the last m); live view."""
-        return self._active.get(seq_id, _NO_ORDER)
-
-    def append(self, seq_id: int, token: int) -> None:
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            seq = self._seqs[seq_id] = []
-            self._active[seq_id] = []
-        active = self._active[seq_id]
-        root = self.root
-        root.count += 1
-        if len(active) >= self.max_depth:
-            del active[0]
-        seq.append(token)
-        child = root.children.get(token)
-        if child is None:
-            child = root.children[token] = _Node(token, 1)
-        else:
-            child.count += 1
-        active.append(child)
-        for i in range(len(active) - 1):
-            node = active[i]
-            child = node.children.get(token)
-            if child is None:
-                child = _Node(token, 1)
-                if node.children is _NO_CHILDREN:
-                    node.children, node.order = {token: child}, [child]
-                else:
-                    node.children[token] = child
-                    node.order.append(child)
-            elif node.order[0] is child:  # already first: no sibling moves
-                child.count += 1
-            else:
-                _increment(node.order, child)
-            active[i] = child
-
-    def extend(self, seq_id: int, tokens: Sequence[int]) -> None:
-        for t in tokens:
-            self.append(seq_id, int(t))
-
-    def remove(self, seq_id: int) -> None:
-        seq = self._seqs.pop(seq_id, [])
-        self._active.pop(seq_id, None)
-        root = self.root
-        for start in range(len(seq)):
-            node = root
-            node.count -= 1
-            for idx in range(start, min(len(seq), start + self.max_depth)):
-                child = node.children.get(seq[idx])
-                if child is None:
-                    break
-                if node is root:
-                    if child.count > 1:
-                        child.count -= 1
-                    else:
-                        del root.children[seq[idx]]
-                        break
-                elif child.count > 1:
-                    _decrement(node.order, child)
-                else:
-                    node.order.remove(child)
-                    del node.children[seq[idx]]
-                    break
-                node = child
-
-    def speculate(
-        self,
-        context: Sequence[int],
-        max_spec_tokens: int,
-        max_spec_factor: float,
-        max_spec_offset: float,
-        min_token_prob: float,
-    ) -> Draft:
-        """``SuffixTree::speculate`` with ``use_tree_spec=False`` (the path vLLM uses)."""
-        limits = spec_limits(len(context), max_spec_factor, max_spec_offset)
-        score, tokens, probs, match_len = best_draft(
-            self.root, context, _NO_ORDER, max(max_spec_tokens, 0), limits, f32(min_token_prob), -1.0
-        )
-        return Draft(tokens, probs, max(score, 0.0), match_len)
-
-
-def spec_limits(n: int, max_spec_factor: float, max_spec_offset: float) -> list[int]:
-    """``limits[m]``: C++'s token cap for match length m (before the ``max_spec_tokens`` cap), in float32."""
-    factor, offset = f32(max_spec_factor), f32(max_spec_offset)
-    return [int(f32(f32(m * factor) + offset) + 1e-6) for m in range(n + 1)]
-
-
-def best_draft(
-    root: _Node,
-    context: Sequence[int],
-    active: Sequence[_Node],
-    max_spec_tokens: int,
-    limits: Sequence[int],
-    min_prob: float,
-    beat: float,
-) -> tuple[float, list[int], list[float], int]:
-    """C++ ``speculate``'s result, found from the longest match down instead of the shortest up.
-
-    C++ tries match lengths m = 1, 2, ... < len(context) while the last m context tokens occur in
-    the tree, and keeps a draft when ``score >= best``: the winner is the longest m among those with
-    the highest score. Matches are closed under taking suffixes (a suffix trie holds every substring
-    up to its depth), so the present m form 1..M; scanning m = M, M-1, ... and keeping a draft only
-    when ``score > best`` gives the same winner, and as a draft of at most t tokens scores at most t
-    (every probability is <= 1) and the cap ``min(max_spec_tokens, limits[m])`` does not grow as m
-    falls, the scan stops as soon as the cap cannot beat the best score. Usually the longest match
-    already scores the cap, and one short greedy walk decides the step.
-
-    ``active[-m]``, when ``m <= len(active)``, must be the node of the last m context tokens (the
-    caller's cursor); longer matches are walked from the root. A draft must score more than ``beat``
-    (-1.0: any). Returns (score, tokens, probs, match_len), score ``beat`` and no tokens if none won.
-    """
-    pack, unpack = _F32.pack, _F32.unpack
-    n = len(context)
-    n_active = len(active)
-    best_score, best_tokens, best_probs, best_m = beat, _NO_TOKENS, _NO_PROBS, 0
-    m = n - 1
-    while m >= 1:
-        max_tokens = limits[m]
-        if max_tokens > max_spec_tokens:
-            max_tokens = max_spec_tokens
-        if max_tokens <= best_score:
-            break
-        if m <= n_active:
-            node = active[-m]
-        else:
-            node = root
-            for t in context[n - m :]:
-                node = node.children.get(t)  # type: ignore[assignment]
-                if node is None:
-                    break
-            if node is None:
-                m -= 1
-                continue
-        # _speculate_path: greedy walk down the highest-count child while the path probability (the
-        # product of count ratios, in float32) stays >= min_prob
-        tokens: list[int] = []
-        probs: list[float] = []
-        prob, score = 1.0, 0.0
-        while len(tokens) < max_tokens:
-            order = node.order
-            if not order:
-                break
-            child = order[0]
-            c = child.count
-            if c != node.count:  # a ratio of 1 leaves prob as it is
-                prob = unpack(pack(prob * unpack(pack(c / node.count))[0]))[0]
-                if prob < min_prob:
-                    break
-            tokens.append(child.token)
-            probs.append(prob)
-            # a prob of 1.0 means every earlier one was 1.0 too (ratios are <= 1): score is a small integer
-            score = score + 1.0 if prob == 1.0 else unpack(pack(score + prob))[0]
-            node = child
-        if score > best_score:
-            best_score, best_tokens, best_probs, best_m = score, tokens, probs, m
-        m -= 1
-    return best_score, list(best_tokens), list(best_probs), best_m
 def _check(name: str, value: object, lo: float, hi: float | None = None, integer: bool = True) -> float:
     ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
     if isinstance(value, bool) or not ok_type or value < lo or (hi is not None and value > hi):  # type: ignore[operator]
@@ -314,14 +78,35 @@ def _check(name: str, value: object, lo: float, hi: float | None = None, integer
 
 
 class _Request:
-    __slots__ = ("tree", "prompt_len", "seen")
+    __slots__ = ("prompt_len", "seen", "tree")
 
     def __init__(self, tree: SuffixTree | None, prompt_len: int) -> None:
         self.tree, self.prompt_len = tree, prompt_len  # tree: None with the native backend
         self.seen = prompt_len  # history tokens already in the trees
 
 
+@dataclass
+class SuffixTrace(ReplayTrace):
+    """A suffix replay's steps plus what it knows about the tokens past the logged output.
 
+    vLLM's cache learns every token of the final step, also those past the output it returns (draft
+    tokens accepted past ``max_tokens`` or after the EOS, and the bonus token after them). When the
+    final step accepted up to the output's end (``open_end``), a live server learned up to
+    ``tail_bound`` more tokens: ``tail_learned`` of them the replay learned too (from the server's
+    final-step accepted count), ``tail_unknown`` it could not. ``first_uncertain``: index of the first
+    step whose draft could differ because of unknown tokens learned from earlier requests (None: every
+    step is exact); ``checked`` is False where that could not be decided (native backend, or an
+    earlier request's tail of unknown length). With the server's final-step count, the final step's
+    ``accepted`` is that count (vLLM counts acceptance before it cuts the output); without it, it
+    counts the logged tokens only: a lower bound there."""
+
+    final_draft: list[int] = field(default_factory=list)
+    open_end: bool = False
+    tail_bound: int = 0
+    tail_learned: list[int] = field(default_factory=list)
+    tail_unknown: int = 0
+    first_uncertain: int | None = None
+    checked: bool = True
 
 
 @register_drafter("suffix")
@@ -348,6 +133,7 @@ class SuffixDrafter:
         suffix_decoding_min_token_prob: float = 0.1,
         max_model_len: int | None = None,
         backend: str = "auto",
+        track_unknown_tails: bool = False,
     ) -> None:
         self.max_tree_depth = int(_check("suffix_decoding_max_tree_depth", suffix_decoding_max_tree_depth, 1))
         # vLLM: k defaults to the max tree depth
@@ -358,6 +144,13 @@ class SuffixDrafter:
         self.min_token_prob = float(_check("suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, 0, 1, integer=False))
         self.max_model_len = None if max_model_len is None else int(_check("max_model_len", max_model_len, 1))
         self.backend = resolve_backend(backend)
+        if track_unknown_tails:  # the bound needs the python trees' counts
+            if backend == "native":
+                raise ValueError("suffix drafter: track_unknown_tails needs backend 'python' (or 'auto')")
+            self.backend = "python"
+        #: unknown tokens at the ends of cached outputs (None: not tracked)
+        self.unknown_tails = UnknownTails() if track_unknown_tails else None
+        self._tails_sound = True  # False once a tail of unknown length entered the tree
         self._native = NativeSuffixCache(self.max_tree_depth, self.max_cached_requests) if self.backend == "native" else None
         self.global_tree = SuffixTree(self.max_tree_depth)
         self._limits = spec_limits(self.max_tree_depth, self.max_spec_factor, 0.0)
@@ -414,42 +207,92 @@ class SuffixDrafter:
         if self._native is not None:
             self._native.stop(request_id)
 
-    def replay(self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> ReplayTrace:
+    def replay(
+        self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int,
+        final_accepted: int | None = None, bonus: int | None = None,
+    ) -> SuffixTrace:
         """The whole lifecycle of one request: the same steps and numbers as ``replay_by_stepping``
         (begin, one propose per decode step, end), without its per-step overhead. The python backend
-        reads match nodes off the trees' cursors instead of walking from the root."""
+        reads match nodes off the trees' cursors instead of walking from the root.
+
+        ``final_accepted``: the server's accepted count at this request's final step (vLLM's
+        ``per_step_accepted[-1]``), when known: the draft tokens it accepted past the output's end
+        are then learned as vLLM learned them; ``bonus``: the token the server emitted after them,
+        when known too (else it is an unknown token in the cache, see ``SuffixTrace``)."""
         k = int(_check("k", k, 1))
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
         if self._native is not None:
-            return self._replay(request_id, tokens, len(prompt_ids), k)
+            return self._replay(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
         # the trie holds no reference cycles, so pausing the cyclic collector loses nothing; it would
         # otherwise rescan the millions of tree nodes as they are allocated (3x slower)
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            return self._replay(request_id, tokens, len(prompt_ids), k)
+            return self._replay(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
         finally:
             if gc_was_on:
                 gc.enable()
 
-    def _replay(self, request_id: str, tokens: list[int], prompt_len: int, k: int) -> ReplayTrace:
+    def _replay(self, request_id: str, tokens: list[int], prompt_len: int, k: int,
+                final_accepted: int | None, bonus: int | None) -> SuffixTrace:
         self.begin(request_id, tokens[:prompt_len])
         req = self._active[request_id]
         drafted: list[int] = []
         accepted: list[int] = []
+        draft: list[int] = []
+        first_uncertain: int | None = None
+        checked = self.unknown_tails is not None and self._tails_sound
         if len(tokens) - prompt_len > 1:
             if self._native is not None:
-                drafted, accepted, req.seen = self._native.replay_steps(
+                drafted, accepted, req.seen, draft = self._native.replay_steps(
                     request_id, tokens, prompt_len, req.seen, k, self.max_spec_factor, self.min_token_prob,
                     self.max_model_len)
             else:
                 from specgauge.drafters._suffix_replay import replay_steps
 
-                drafted, accepted, req.seen = replay_steps(
+                drafted, accepted, req.seen, draft, first_uncertain = replay_steps(
                     req.tree, self.global_tree, self._req_to_seq.get(request_id), tokens, prompt_len,  # type: ignore[arg-type]
-                    req.seen, k, self._limits, self._min_prob, self.max_model_len)
-        self.end(request_id, tokens[prompt_len:])
-        return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
+                    req.seen, k, self._limits, self._min_prob, self.max_model_len,
+                    self.unknown_tails if checked else None)
+        trace = SuffixTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64),
+                            final_draft=list(draft), first_uncertain=first_uncertain, checked=checked)
+        self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
+        self._finish(request_id, req, tokens[prompt_len:] + trace.tail_learned, trace.tail_unknown)
+        return trace
+
+    def _tail(self, trace: SuffixTrace, n_out: int, final_accepted: int | None, bonus: int | None) -> None:
+        """What the final step adds past the output: the rest of an accepted-to-the-end draft
+        (``final_accepted`` says how much of it) and the bonus token."""
+        if not trace.drafted.size:
+            return
+        a = int(trace.accepted[-1])
+        pos = 1 + int(trace.accepted[:-1].sum()) + trace.drafted.size - 1  # where the final step began
+        if a < n_out - pos:  # the output's last token was the step's bonus/correction token
+            return
+        trace.open_end = True
+        d = trace.final_draft
+        trace.tail_bound = len(d) - a + 1
+        if final_accepted is not None and a <= final_accepted <= len(d):
+            trace.tail_learned = d[a:final_accepted] + ([int(bonus)] if bonus is not None else [])
+            trace.tail_unknown = 0 if bonus is not None else 1
+            trace.accepted[-1] = final_accepted  # as the server counts it: before cutting the output
+        else:  # how many of the draft's remaining tokens the server accepted is unknown
+            trace.tail_unknown = trace.tail_bound
+
+    def _finish(self, request_id: str, req: _Request, learn: list[int], unknown: int) -> None:
+        """``end`` with the tail: vLLM learns the final step only while the request is below
+        ``max_model_len`` (counting the unknown tokens too)."""
+        if self.max_model_len is None or req.prompt_len + len(learn) + min(unknown, 1) < self.max_model_len:
+            self._learn(request_id, req, learn, offset=req.prompt_len)
+            seq = self._req_to_seq.get(request_id)
+            if unknown and seq is not None and self.unknown_tails is not None:
+                if unknown == 1:
+                    self.unknown_tails.add(self.global_tree, seq)
+                else:  # several unknown tokens in a row: beyond what UnknownTails models
+                    self._tails_sound = False
+        del self._active[request_id]
+        if self._native is not None:
+            self._native.stop(request_id)
 
     # -- internals --------------------------------------------------------------------------------
     def _request(self, request_id: str) -> _Request:
@@ -490,3 +333,5 @@ class SuffixDrafter:
         seq = self._req_to_seq.pop(request_id)
         del self._seq_to_req[seq]
         self.global_tree.remove(seq)
+        if self.unknown_tails is not None:
+            self.unknown_tails.forget(seq)
