@@ -92,13 +92,14 @@ def test_parse_duration() -> None:
 
 
 def test_command_template_spec_is_one_argument_and_off_drops_its_flag() -> None:
-    t = "HF_HUB_OFFLINE=1 vllm serve {model} --port {port} --speculative-config {spec} --dtype float32"
+    t = "HF_HUB_OFFLINE=1 vllm serve {model} --port {port} --speculative-config {spec} {spec:--per-request=detailed} --dtype float32"
     argv, env = render_command(t, port=8123, spec=NGRAM4, model="m")
     assert env == {"HF_HUB_OFFLINE": "1"}
     assert argv[:5] == ["vllm", "serve", "m", "--port", "8123"]
-    assert json.loads(argv[argv.index("--speculative-config") + 1]) == NGRAM4 and argv[-2:] == ["--dtype", "float32"]
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == NGRAM4
+    assert argv[-3:] == ["--per-request=detailed", "--dtype", "float32"]
     off, _ = render_command(t, port=8123, spec=None, model="m")
-    assert "--speculative-config" not in off and off[-2:] == ["--dtype", "float32"]
+    assert off == ["vllm", "serve", "m", "--port", "8123", "--dtype", "float32"]
     # a JSON value with quotes and spaces survives as one word, never through a shell
     spec = {"method": "ngram", "num_speculative_tokens": 2, "x": "a b'; rm -rf /"}
     argv, _ = render_command("srv --port={port} --speculative-config={spec}", port=1, spec=spec)

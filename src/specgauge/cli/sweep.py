@@ -37,7 +37,7 @@ def sweep(
     concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies, e.g. 1,2,4,8.")] = "1,2,4,8",
     num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="Requests per cell (cycling the workload); default: each once.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Arrival seed (the same in every cell, so requests pair by id).")] = 0,
-    server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port}, {spec} (the config's JSON) and {model}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'.")] = None,
+    server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port}, {spec} (the config's JSON) and {model}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'. Without speculation '--speculative-config {spec}' is left out, and so is any {spec:WORD} (a flag only a speculative server takes).")] = None,
     url: Annotated[list[str] | None, typer.Option("--url", help="A running server: NAME=URL (NAME: off, ngram-k4, … or a --config label). Repeat per config.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Embedded: the target model directory (default: the shipped tiny target). --server-cmd: the value of {model}.")] = None,
     server_env: Annotated[list[str] | None, typer.Option("--server-env", help="NAME=VALUE in the environment of started servers (repeatable).")] = None,

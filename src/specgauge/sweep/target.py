@@ -5,7 +5,10 @@
 - ``command``: the user's own server from a template such as
   ``vllm serve MODEL --port {port} --speculative-config {spec}``. Placeholders: ``{port}`` (a free
   port), ``{spec}`` (the config's JSON, one argument), ``{model}`` (``--model``). For the baseline the
-  ``{spec}`` argument — and the flag just before it — is left out. Leading ``NAME=value`` words set
+  ``{spec}`` argument — and the flag just before it — is left out, and so is every word written
+  ``{spec:WORD}`` (a flag only a speculative server takes, e.g.
+  ``{spec:--per-request-spec-decode-metrics=detailed}``: vLLM refuses it without speculation; with
+  speculation it becomes ``WORD``). Leading ``NAME=value`` words set
   environment variables. No shell runs the command (nothing in a config can inject one). Healthy when
   ``/health`` or ``/v1/models`` answers 200; its log is kept; it is stopped after its cells.
 - ``urls``: servers already running, ``label -> base URL``; nothing is started or stopped.
@@ -28,6 +31,7 @@ from specgauge.config import ConfigError
 from specgauge.servers import ManagedServer, ServerStartError, embedded_server, free_port
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SPEC_ONLY = re.compile(r"^\{spec:(.+)\}$")  #: a word only a speculative server gets
 _SECRET_FLAG = re.compile(r"(key|token|secret|passw)", re.I)
 HEALTH_PATHS = ("/health", "/v1/models")
 
@@ -145,7 +149,8 @@ def render_command(template: str, *, port: int, spec: dict[str, Any] | None, mod
     """The argv and extra environment for one server from a ``--server-cmd`` template.
 
     ``{spec}`` becomes the config's JSON as one argument; without speculation the word holding
-    ``{spec}`` is dropped, and so is the flag right before it when ``{spec}`` stood alone."""
+    ``{spec}`` is dropped, and so is the flag right before it when ``{spec}`` stood alone, and so is
+    every ``{spec:WORD}`` (which is ``WORD`` with speculation)."""
     words = shlex.split(template)
     env: dict[str, str] = {}
     while words and _ENV_WORD.match(words[0]):
@@ -153,6 +158,11 @@ def render_command(template: str, *, port: int, spec: dict[str, Any] | None, mod
         env[k] = v
     out: list[str] = []
     for w in words:
+        only = _SPEC_ONLY.match(w)
+        if only:
+            if spec is None:
+                continue
+            w = only.group(1)
         if "{spec}" in w and spec is None:
             if w == "{spec}" and out and out[-1].startswith("-"):
                 out.pop()
