@@ -1,0 +1,82 @@
+"""`specgauge sweep --cost-profile` sets predicted beside measured for every cell, on servers whose
+step-cost law is KNOWN (``specgauge.predict.scripted_server``: real HTTP, continuous batching, the
+workload's logged outputs, real drafters, each step sleeping the law's time).
+
+A profile is calibrated on off + n-gram k=4 at concurrency 1 and 4; the sweep then runs through the
+CLI with ``--url`` on n-gram k=2 at concurrency 2 — a config and a concurrency the profile never saw —
+and every speculative cell carries its prediction, the error against the measured speedup (small: the
+law is exact), and whether the prediction lies inside the measured CI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from specgauge.predict.calibrate import CalibrateConfig, run_calibration
+from specgauge.predict.scripted_server import ScriptedServer
+from specgauge.sweep import ServerTarget
+from specgauge.sweep.grid import grid_method
+from specgauge.sweep.models import SweepManifest
+from specgauge.workload.samples import sample_logged_path
+
+pytestmark = pytest.mark.slow
+
+LAW = {"a": 0.010, "r": 0.0012, "b": 0.0006, "c": 4e-7, "p": 4e-6, "q": 0.0015, "host[ngram]": 0.0008}
+MAX_TOKENS = 24
+N = 12
+
+
+def _workload(tmp: Path) -> Path:
+    """The first logged sample requests, outputs cut to 24 tokens (max_tokens says so too)."""
+    lines = []
+    with open(sample_logged_path(), encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            if len(d["response"]["output_token_ids"]) < 8:
+                continue
+            d["request"]["max_tokens"] = MAX_TOKENS
+            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:MAX_TOKENS]
+            d["response"]["text"] = ""
+            lines.append(json.dumps(d))
+            if len(lines) == N:
+                break
+    out = tmp / "logged.jsonl"
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def test_sweep_sets_predicted_beside_measured(tmp_path: Path) -> None:
+    w = _workload(tmp_path)
+    ng4, ng2 = grid_method("ngram", 4), grid_method("ngram", 2)
+    with ExitStack() as stack:
+        urls = {lb: stack.enter_context(ScriptedServer([w], LAW, "flattened", s)).base_url for lb, s in (("off", None), ("ngram-k4", ng4))}
+        cal = run_calibration(CalibrateConfig(workload=[w], out_dir=tmp_path / "cal", methods=["ngram"], concurrencies=[1, 4],
+                                              num_prompts=N, bootstrap=50, target=ServerTarget.from_urls(urls), warmup=0))
+    profile = cal.profile_path
+    with ExitStack() as stack:
+        off = stack.enter_context(ScriptedServer([w], LAW, "flattened", None)).base_url
+        on = stack.enter_context(ScriptedServer([w], LAW, "flattened", ng2)).base_url
+        r = subprocess.run([sys.executable, "-m", "specgauge", "sweep", str(w), "--url", f"off={off}", "--url", f"ngram-k2={on}",
+                            "--concurrency", "2", "--num-prompts", str(N), "--num-warmups", "0", "--cost-profile", str(profile),
+                            "-o", str(tmp_path / "sweep")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "predicted" in r.stdout and "error" in r.stdout
+    m = SweepManifest.load(tmp_path / "sweep")
+    a = m.analysis
+    assert a is not None and a.prediction.available and a.prediction.profile == profile.name
+    cell = a.cell("ngram-k2", 2)
+    assert cell is not None and cell.speculative_config == ng2
+    assert cell.predicted is not None and cell.predicted.label == "ngram-k2" and cell.predicted.concurrency == 2
+    assert cell.speedup is not None and cell.speedup.estimate is not None
+    assert cell.prediction_error == pytest.approx(cell.predicted.speedup / cell.speedup.estimate - 1)  # type: ignore[operator]
+    print(f"ngram-k2 @ 2: predicted {cell.predicted.speedup:.3f}, measured {cell.speedup.estimate:.3f} [{cell.speedup.low:.3f}, {cell.speedup.high:.3f}]")
+    assert cell.prediction_in_ci or abs(cell.prediction_error) < 0.1, (cell.predicted.speedup, cell.speedup)
+    assert cell.prediction_in_ci is not None
+    html = (tmp_path / "sweep" / "report.html").read_text()
+    assert "(predicted)" in html and "predicted [band]" in html
