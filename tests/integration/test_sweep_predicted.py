@@ -5,7 +5,8 @@ workload's logged outputs, real drafters, each step sleeping the law's time).
 A profile is calibrated on off + n-gram k=4 at concurrency 1 and 4; the sweep then runs through the
 CLI with ``--url`` on n-gram k=2 at concurrency 2 — a config and a concurrency the profile never saw —
 and every speculative cell carries its prediction, the error against the measured speedup (small: the
-law is exact), and whether the prediction lies inside the measured CI.
+law is exact), and whether the prediction lies inside the measured CI. Then ``specgauge recommend --cost-profile``
+recommends from replay + that profile, with prediction bands in place of CIs.
 """
 
 from __future__ import annotations
@@ -80,3 +81,17 @@ def test_sweep_sets_predicted_beside_measured(tmp_path: Path) -> None:
     assert cell.prediction_in_ci is not None
     html = (tmp_path / "sweep" / "report.html").read_text()
     assert "(predicted)" in html and "predicted [band]" in html
+
+    # recommend from replay + the same profile (no server): predicted speedups with their bands
+    rec = subprocess.run([sys.executable, "-m", "specgauge", "recommend", str(w), "--cost-profile", str(profile), "--method", "ngram",
+                          "--k", "2,4", "--concurrency", "1,4", "--num-prompts", str(N), "--json"],
+                         capture_output=True, text=True, timeout=600)
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    data = json.loads(rec.stdout)
+    assert data["source"] == "prediction" and data["source_name"] == profile.name
+    assert [b["concurrency"] for b in data["bands"]] == [1, 4]
+    for b in data["bands"]:
+        shown = b["option"] or b["best"]
+        assert shown["source"] == "predicted" and shown["label"] in ("ngram-k2", "ngram-k4")
+        assert shown["low"] is not None and shown["low"] <= shown["estimate"] <= shown["high"]
+    assert data["verdict"] in ("speculate", "off")
