@@ -105,10 +105,17 @@ def measure_cell(baseline_dir: Path, cell_dir: Path, resamples: int = 2000) -> t
 def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Sequence[CellSpec], dirs: dict[tuple[str, int], Path],
                 num_prompts: int | None, tokenizer: Any = None, warmup: int = 0,
                 reused_server: bool = True) -> tuple[list[CellCheck], list[CellPrediction]]:
-    """Predict the speculative cells and measure them against the baseline cell of the same concurrency."""
+    """Predict the speculative cells and measure them against the baseline cell of the same concurrency.
+    A stateful drafter's cache state is the one the fit found each run's server in."""
     spec_cells = [c for c in cells if c.speculative_config]
+    earlier = {}
+    for c in spec_cells:
+        d = dirs.get((c.label, c.concurrency))
+        for run, chk in profile.replay_checks.items():
+            if d is not None and (run == d.name or run == f"{d.parent.name}/{d.name}"):
+                earlier[(c.label, c.concurrency)] = int(chk.get("earlier_runs_on_this_server", 0))
     preds = predict_cells(profile, workload, spec_cells, tokenizer=tokenizer, num_prompts=num_prompts, warmup=warmup,
-                          reused_server=reused_server)
+                          reused_server=reused_server, earlier_runs=earlier)
     base = {c.concurrency: dirs.get((c.label, c.concurrency)) for c in cells if not c.speculative_config}
     out = []
     for cell, p in zip(spec_cells, preds, strict=True):

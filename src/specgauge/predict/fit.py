@@ -244,10 +244,17 @@ def fit_profile(
     alternatives = {s: {"params": {n: float(v) for n, v in zip(names, fits[s]["coef"], strict=True)},
                         "weighted_ssr": fits[s]["ssr"]} for s in fits if s != chosen}
     for rd in runs:
-        gap = checks.get(rd.name, {}).get("gap")
-        if gap is not None and abs(gap) > 0.02:
-            notes.append(f"{rd.name}: the server's acceptance ({checks[rd.name]['live_acceptance']:.1%}) differs from the "
-                         f"replay ({checks[rd.name]['replayed_acceptance']:.1%}); predictions from replay will miss it")
+        chk = checks.get(rd.name, {})
+        gap = chk.get("gap")
+        if gap is None or abs(gap) <= 0.02:
+            continue
+        why = (f"; {chk['sampled_requests']} of its {chk['requests']} requests were sampled (T > 0): their live outputs "
+               "differ from the log, so acceptance agrees only on average over many requests") if chk.get("sampled_requests") else ""
+        if chk.get("greedy_differ"):
+            why += (f"; {chk['greedy_differ']} greedy request(s) drafted or came out differently than replayed: the server "
+                    "does not do what its config and the log say (another drafter setting, or changed outputs)")
+        notes.append(f"{rd.name}: the server's acceptance ({chk['live_acceptance']:.1%}) differs from the replay "
+                     f"({chk['replayed_acceptance']:.1%}){why}")
     server = runs[0].run.get("server") or {}
     prov = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -38,16 +38,16 @@ SHAPES = ("flattened", "padded")
 #: methods whose drafter runs a neural network per draft position
 MODEL_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "deepseek_mtp")
 DESCRIPTIONS = {
-    "a": "s per step",
-    "r": "s per request in the decode batch",
-    "b": "s per token through the target's decode forward",
-    "c": "s per context token in the decode batch",
-    "p": "s per prefill token",
-    "q": "s per prefilled request",
-    "host": "s per request per step (drafter lookup on the host)",
-    "draft_step": "s per draft position per step",
-    "draft_req": "s per draft position per request",
-    "draft_prefill": "s per prefill token (the draft model's own prefill)",
+    "a": "per step",
+    "r": "per request in the decode batch",
+    "b": "per token through the target's decode forward",
+    "c": "per context token in the decode batch",
+    "p": "per prefill token",
+    "q": "per prefilled request",
+    "host": "per request per step (drafter lookup on the host)",
+    "draft_step": "per draft position per step",
+    "draft_req": "per draft position per request",
+    "draft_prefill": "per prefill token (the draft model's own prefill)",
 }
 
 

@@ -258,7 +258,7 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
 def replay_check(records: Sequence[RequestRecord], traces: Mapping[str, PlannedRequest]) -> dict[str, Any]:
     """Replayed acceptance against the server's own per-request counts, on the requests of one run."""
     live_acc = live_dr = rep_acc = rep_dr = 0
-    same = n = 0
+    same = n = greedy_differ = 0
     missing = 0
     for rec in records:
         if not rec.ok:
@@ -276,8 +276,11 @@ def replay_check(records: Sequence[RequestRecord], traces: Mapping[str, PlannedR
         ra, rdft = int(tr.accepted.sum()), int(tr.drafted.sum())
         rep_acc += ra
         rep_dr += rdft
-        same += int(ra == s.accepted_tokens and rdft == s.draft_tokens)
-    out: dict[str, Any] = {"requests": n, "identical_requests": same, "not_in_workload": missing}
+        ident = ra == s.accepted_tokens and rdft == s.draft_tokens
+        same += int(ident)
+        greedy_differ += int(tr.greedy and not ident)
+    out: dict[str, Any] = {"requests": n, "identical_requests": same, "greedy_differ": greedy_differ, "not_in_workload": missing,
+                           "sampled_requests": sum(1 for rec in records if rec.ok and rec.id in traces and not traces[rec.id].greedy)}
     if live_dr and rep_dr:
         lr, rr = live_acc / live_dr, rep_acc / rep_dr
         out.update(live_acceptance=round(lr, 4), replayed_acceptance=round(rr, 4), gap=round(lr - rr, 4))

@@ -9,7 +9,7 @@ The band: the same two schedules timed with every bootstrap refit of the law (pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ def predict_cells(
     replay: WorkloadReplay | None = None,
     warmup: int = 0,
     reused_server: bool = False,
+    earlier_runs: Mapping[tuple[str, int], int] | None = None,
 ) -> list[CellPrediction]:
     """Predicted figures per cell (same order). ``num_prompts`` as bench's (None: every request once);
     ``max_batch``: the server's limit on running requests (None: no limit below the concurrency);
@@ -92,7 +93,8 @@ def predict_cells(
     ``warmup``: requests bench sends first (its ``--num-warmups``); a stateful drafter learns them.
     ``reused_server``: the cells of one label run on one server, concurrencies ascending, as
     ``specgauge.sweep.run_grid`` does — suffix decoding's cache then remembers the earlier cells'
-    requests (False: a fresh server per cell)."""
+    requests (False: a fresh server per cell). ``earlier_runs[(label, concurrency)]`` overrides how
+    many runs over the same requests that cell's server served before it."""
     replay = replay or WorkloadReplay(workload, tokenizer, num_prompts)
     mb = max_batch
     base_reqs = replay.planned(None)
@@ -107,6 +109,7 @@ def predict_cells(
             baselines[c] = _Side(profile, base_reqs, None, c, mb)
         base = baselines[c]
         earlier = sorted(set(order[cell.label])).index(c) if reused_server else 0
+        earlier = (earlier_runs or {}).get((cell.label, c), earlier)
         reqs = replay.planned(cell.speculative_config, prior_requests(len(replay.requests), warmup, earlier))
         side = base if not cell.speculative_config else _Side(profile, reqs, cell.speculative_config, c, mb)
         out.append(_prediction(profile, cell, side, base, reqs, base_reqs, replay.notes))

@@ -31,6 +31,7 @@ class LoggedRequest:
     prompt_ids: list[int]
     output_ids: list[int]
     exact: bool  #: token ids were logged (not re-tokenised text)
+    greedy: bool = True  #: temperature 0: every run reproduces the logged output
 
 
 #: drafters whose proposals depend on the request alone (no state across requests)
@@ -84,7 +85,7 @@ class WorkloadReplay:
                 skipped += 1
                 continue
             approx += not exact
-            base.append(LoggedRequest(it.request.id, it.request.id, prompt, out, exact))
+            base.append(LoggedRequest(it.request.id, it.request.id, prompt, out, exact, it.request.temperature == 0))
         if not base:
             raise ProfileError(f"{', '.join(map(str, workload))}: no request has a logged response to replay; "
                                "prediction needs the target's logged outputs (token ids)")
@@ -97,7 +98,7 @@ class WorkloadReplay:
         for i in range(n):
             r, j = divmod(i, len(base))
             b = base[j]
-            self.requests.append(b if r == 0 else LoggedRequest(f"{b.id}~r{r}", b.id, b.prompt_ids, b.output_ids, b.exact))
+            self.requests.append(b if r == 0 else LoggedRequest(f"{b.id}~r{r}", b.id, b.prompt_ids, b.output_ids, b.exact, b.greedy))
         self._cache: dict[str, list[PlannedRequest]] = {}
         self._matches: dict[str, dict[str, np.ndarray]] = {}
 
@@ -128,7 +129,8 @@ class WorkloadReplay:
     def planned(self, spec: dict[str, Any] | None, prior: Sequence[int] = ()) -> list[PlannedRequest]:
         """Traces of the planned requests under ``spec``. ``prior``: indices of planned requests the
         server completed before this run (warm-ups, earlier runs on the same server): a stateful
-        drafter (suffix decoding's global cache) learns them first. Stateless drafters ignore it."""
+        drafter (suffix decoding's global cache) learns them first — the greedy ones, which came out as
+        logged; a sampled request's earlier output is unknown and left out. Stateless drafters ignore it."""
         method = resolve_spec(spec)[0]
         prior = tuple(prior) if method is not None and method not in STATELESS else ()
         key = config_key(spec) + repr(prior)
@@ -143,7 +145,7 @@ class WorkloadReplay:
             for r in self.requests:
                 steps = max(0, len(r.output_ids) - 1)
                 z = np.zeros(steps, dtype=np.int64)
-                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), z, z))
+                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), z, z, r.greedy))
             return out
         assert cfg is not None
         if is_model_method(method):
@@ -153,7 +155,7 @@ class WorkloadReplay:
             matches = self._draft_matches(cfg.model)
             for r in self.requests:
                 tr = trace_from_matches(matches[r.base_id], k)
-                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted))
+                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted, r.greedy))
             return out
         opts = {k2: v for k2, v in cfg.model_dump().items() if v is not None and k2 not in ("method", "model")}
         try:
@@ -163,6 +165,8 @@ class WorkloadReplay:
         stateless = method in STATELESS
         for n, i in enumerate(prior):  # what the server's drafter learned before this run
             r = self.requests[i % len(self.requests)]
+            if not r.greedy:  # a sampled request came out differently then: what it taught is unknown
+                continue
             fast = getattr(drafter, "replay", None)
             rid = f"{r.id}~prior{n}"
             fast(rid, r.prompt_ids, r.output_ids, k) if fast else replay_by_stepping(drafter, rid, r.prompt_ids, r.output_ids, k)
@@ -174,7 +178,7 @@ class WorkloadReplay:
                 fast = getattr(drafter, "replay", None)
                 tr = fast(r.id, r.prompt_ids, r.output_ids, k) if fast else replay_by_stepping(drafter, r.id, r.prompt_ids, r.output_ids, k)
                 seen[r.base_id] = tr
-            out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted))
+            out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted, r.greedy))
         return out
 
     def _draft_matches(self, model: str) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ class PlannedRequest:
     output_tokens: int  #: L; output token 0 comes from the prefill step
     drafted: np.ndarray  #: (decode steps,) tokens proposed at each decode step
     accepted: np.ndarray  #: (decode steps,) of which the target kept
+    greedy: bool = True  #: temperature 0 (the live output equals the logged one)
 
 
 @dataclass

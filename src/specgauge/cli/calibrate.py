@@ -1,0 +1,120 @@
+"""``specgauge calibrate`` and ``specgauge predict``: fit a server's step-cost law; predict a grid from it
+(flags -> CalibrateConfig / CellSpecs -> one library call each)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specgauge.cli.common import JsonOpt, TokOpt, WorkloadArg, console, err_console, parse_int_list, user_errors, workload_paths
+
+
+def _method_ks(text: str) -> dict[str, int]:
+    """``ngram=4,suffix=4,draft_model=2`` -> {method: k}."""
+    from specgauge.config import ConfigError
+
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, eq, value = part.partition("=")
+        try:
+            k = int(value)
+        except ValueError:
+            k = 0
+        if not eq or k < 1:
+            raise ConfigError(f"--k {text!r}: expected METHOD=K pairs like ngram=4,suffix=4,draft_model=2")
+        out[name.strip()] = k
+    return out
+
+
+def _urls(items: list[str]) -> dict[str, str]:
+    from specgauge.config import ConfigError
+
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ConfigError(f"--url {item!r}: expected NAME=URL (NAME: off, ngram-k4, suffix-k4, draft_model-k2)")
+        out[name.strip()] = value.strip()
+    return out
+
+
+@user_errors
+def calibrate(
+    workload: WorkloadArg = None,
+    from_runs: Annotated[list[Path] | None, typer.Option("--from-runs", help="Fit these bench output directories (or sweep directories) instead of running anything. Repeatable.")] = None,
+    method: Annotated[str, typer.Option("--method", help="One speculative config per method: ngram, suffix, draft_model[:DIR] (the embedded engine has a shipped draft).")] = "ngram,suffix,draft_model",
+    k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs.")] = "ngram=4,suffix=4,draft_model=2",
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies of the calibration runs (include 1).")] = "1,4",
+    num_prompts: Annotated[int, typer.Option("--num-prompts", min=1, help="Requests per calibration run.")] = 32,
+    server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port} and {spec}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'.")] = None,
+    url: Annotated[list[str] | None, typer.Option("--url", help="A running server per config: NAME=URL with NAME off, ngram-k4, suffix-k4, draft_model-k2. Repeatable.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Embedded: the target model directory. --server-cmd: the value of {model}.")] = None,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="Embedded server: torch threads per server.")] = 1,
+    shape: Annotated[str, typer.Option("--shape", help="Verification shape: auto (the fit tells), flattened (vLLM) or padded.")] = "auto",
+    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Refits on resampled requests for the uncertainty band.")] = 200,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue calibration runs in the same output directory.")] = False,
+    tokenizer: TokOpt = None,
+    output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the runs and cost_profile.json go.")] = Path("specgauge-calibration"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit YOUR server's step-cost law from a few short bench runs; writes cost_profile.json for predict / simulate / sweep."""
+    from specgauge.config import ConfigError
+    from specgauge.predict.calibrate import CalibrateConfig, run_calibration
+    from specgauge.report.predict_console import render_calibration
+
+    if sum(bool(x) for x in (from_runs, server_cmd, url)) > 1:
+        raise ConfigError("--from-runs, --server-cmd and --url: pass one")
+    target = None
+    if not from_runs:
+        from specgauge.sweep.target import ServerTarget
+
+        if url:
+            target = ServerTarget.from_urls(_urls(url))
+        elif server_cmd:
+            target = ServerTarget.from_command(server_cmd, model=model)
+        else:
+            target = ServerTarget.embedded(model, threads=threads)
+    cfg = CalibrateConfig(
+        workload=workload_paths(workload), out_dir=output_dir, from_runs=list(from_runs or []),
+        methods=[m.strip() for m in method.split(",") if m.strip()], ks=_method_ks(k),
+        concurrencies=parse_int_list(concurrency, "--concurrency"), num_prompts=num_prompts, shape=shape,
+        bootstrap=bootstrap, resume=resume, target=target,
+    )
+    res = run_calibration(cfg, console=err_console, tokenizer=tokenizer)
+    if as_json:
+        sys.stdout.write(json.dumps(res.model_dump(mode="json"), ensure_ascii=False, indent=1) + "\n")
+    else:
+        render_calibration(res, console)
+
+
+@user_errors
+def predict(
+    profile: Annotated[Path, typer.Argument(help="A fitted cost profile (cost_profile.json from specgauge calibrate).")],
+    workload: Annotated[list[Path] | None, typer.Option("--workload", "-w", help="Workload with logged outputs (default: the built-in sample).")] = None,
+    method: Annotated[str, typer.Option("--method", help="ngram, suffix, draft_model:DIR (comma-separated).")] = "ngram,suffix",
+    k: Annotated[str, typer.Option("--k", help="Proposal lengths: 1-8 or 2,4,8.")] = "2,4,8",
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies, e.g. 1,4,8.")] = "1,4,8",
+    num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="Requests per run as bench would send them (default: each once).")] = None,
+    tokenizer: TokOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Predicted speedup (compare's statistic, with band), latency and throughput per method × k × concurrency."""
+    from specgauge.predict import StepCostProfile, predict_cells
+    from specgauge.report.predict_console import render_predictions
+    from specgauge.simulate.run import parse_ks
+    from specgauge.sweep.grid import cells_for, expand_grid
+
+    prof = StepCostProfile.load(profile)
+    configs = expand_grid([m.strip() for m in method.split(",") if m.strip()], parse_ks(k))
+    cells = cells_for(configs, parse_int_list(concurrency, "--concurrency"))
+    preds = predict_cells(prof, workload_paths(workload), cells, tokenizer=tokenizer, num_prompts=num_prompts)
+    if as_json:
+        sys.stdout.write(json.dumps([p.model_dump(mode="json") for p in preds], ensure_ascii=False, indent=1) + "\n")
+    else:
+        render_predictions(prof, preds, console)
