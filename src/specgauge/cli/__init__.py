@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from specgauge import __version__
-from specgauge.cli import audit, bench, canary, decide, demo, recommend, serve, sweep, workaround, workload
+from specgauge.cli import audit, bench, calibrate, canary, decide, demo, recommend, serve, sweep, workaround, workload
 from specgauge.cli.common import console
 
 app = typer.Typer(
@@ -50,6 +50,8 @@ COMMANDS = [
     (decide.report, "report"),
     (audit.audit, "audit"),
     (workaround.workaround_path, "workaround-path"),
+    (calibrate.calibrate, "calibrate"),
+    (calibrate.predict, "predict"),
     (sweep.sweep, "sweep"),
     (recommend.recommend, "recommend"),
     (canary.canary, "canary"),
