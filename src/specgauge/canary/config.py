@@ -87,6 +87,7 @@ class JudgeConfig(BaseModel):
     metrics: list[str] = Field(default_factory=lambda: list(LATENCY_METRICS))
     speed_metric: str = Field(default="tpot", description="the metric whose measured speedup allows promotion beyond max_weight_without_speedup (e2e when too few tpot values)")
     min_samples: int = Field(default=20, ge=2, description="successful requests per side before the window is judged")
+    min_tail_samples: int = Field(default=20, ge=2, description="values per side before the p95 ratio is judged (the p95 of fewer is the maximum)")
     min_speedup: float = Field(default=1.05, ge=1.0, description="practical margin: faster means speedup CI above it; slower means a significant slowdown beyond it")
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     alpha: float = Field(default=0.01, gt=0, lt=1, description="significance of the failure tests (Fisher, binomial)")

@@ -18,7 +18,8 @@ Order (``judge_window``):
        equivalent within margin  1/m ≤ lo and hi ≤ m
        not settled               anything else        → passes (no regression shown)
    - the p95 ratio with a bootstrap CI: fails when the CI lies above 1 and the ratio exceeds m
-     (a tail that grew, which a rank test barely sees);
+     (a tail that grew, which a rank test barely sees); judged from ``min_tail_samples`` values a
+     side (the p95 of fewer is about the maximum);
    - failures: Fisher's exact test, one-sided (the candidate fails more often), p < α fails;
    - outputs: exact-match rate of greedy (temperature 0) pairs — mirrored requests in shadow mode,
      equal request bodies seen on both sides in live mode — fails above ``max_divergence``.
@@ -208,6 +209,11 @@ def _relative_metric(metric: str, base: list[float], cand: list[float], cfg: Jud
                   "median_baseline_ms": _ms(float(np.median(base))), "median_candidate_ms": _ms(float(np.median(cand))),
                   "n_baseline": len(base), "n_candidate": len(cand), "test": "Mann-Whitney U, Hodges-Lehmann shift of log values"},
     )
+    if min(len(base), len(cand)) < cfg.min_tail_samples:
+        return [shift_check, Check(name=f"relative:{metric}_p95", kind="relative", status="skipped",
+                                   reason=f"{word} p95: {len(base)} baseline and {len(cand)} candidate values, "
+                                          f"{cfg.min_tail_samples} needed on each side for a tail estimate",
+                                   evidence={"n_baseline": len(base), "n_candidate": len(cand)})], finding
     q = bootstrap_quantile_ratio(base, cand, 95.0, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed)
     tail_bad = q.low > 1.0 and q.estimate > m
     tail_check = Check(

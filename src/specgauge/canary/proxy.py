@@ -80,6 +80,8 @@ class _Req:
     point: float
     keyed: bool
     greedy: bool
+    weight: float = 0.0  #: the live weight when it was routed
+    mirror_weight: float = 0.0
     pair_key: str | None = None  #: for greedy pairing (body hash in live mode, id when mirrored)
     mirrored: bool = False
 
@@ -169,16 +171,16 @@ class Proxy:
         req = _Req(seq=seq, rid=f"r{seq}", path_qs=request.path_qs, body=body, obj=obj,
                    headers=self._upstream_headers(request), stream=bool(obj is not None and obj.get("stream") is True),
                    point=point, keyed=keyed, greedy=is_greedy(obj))
+        req.weight, req.mirror_weight = self.host.live_weight(), self.host.mirror_weight()
         pending: _Pending | None = None
-        if obj is not None and to_candidate(point, self.host.live_weight()):
+        if obj is not None and to_candidate(point, req.weight):
             if req.greedy:
                 req.pair_key = "body:" + pairing_key(obj)
             served = await self._serve(request, req, self.candidate, Role.live, retryable=True)
             if isinstance(served, web.StreamResponse):
                 return served
             pending = served
-        mirror = self.host.mirror_weight()
-        if obj is not None and pending is None and mirror > 0 and to_candidate(point, mirror):
+        if obj is not None and pending is None and req.mirror_weight > 0 and to_candidate(point, req.mirror_weight):
             req.mirrored = True
             req.pair_key = f"id:{req.rid}" if req.greedy else None
             self._mirror(req)
@@ -202,8 +204,7 @@ class Proxy:
 
     def _canary_facts(self, req: _Req, side: Side, role: Role, **more: Any) -> dict[str, Any]:
         return {"side": side.value, "role": role.value, "point": round(req.point, 6), "keyed": req.keyed,
-                "stream": req.stream, "greedy": req.greedy, "weight": self.host.live_weight(),
-                "mirror_weight": self.host.mirror_weight(), **more}
+                "stream": req.stream, "greedy": req.greedy, "weight": req.weight, "mirror_weight": req.mirror_weight, **more}
 
     async def _open(self, up: Upstream, req: _Req, cap: Capture, first_timeout: float) -> _Opened:
         """Send, and read up to the first body bytes (a whole body when not streamed)."""

@@ -29,7 +29,7 @@ from specgauge.canary.metrics import ProxyMetrics
 from specgauge.canary.observe import Role, Side
 from specgauge.canary.proxy import Proxy, Upstream
 from specgauge.canary.summary import CanaryResult, RunTotals, WindowRow, build_result
-from specgauge.canary.window import Window
+from specgauge.canary.window import Pairing, Window
 from specgauge.errors import UserError
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
@@ -53,6 +53,7 @@ class CanaryService:
         self.totals = RunTotals()
         self.rows: list[WindowRow] = []
         self.window = Window()
+        self.pairing = Pairing()
         self.controller: Controller | None = None
         self.proxy: Proxy | None = None
         self.port: int | None = None
@@ -227,12 +228,13 @@ class CanaryService:
 
     def record(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, pair_key: str | None, client_gone: bool,
                client_error: bool) -> None:
-        w = self.window
-        n0 = len(w.pairs)
-        w.add(side, role, rec, counted=counted, pair_key=pair_key, client_gone=client_gone, client_error=client_error)
-        for pr in w.pairs[n0:]:
-            self.totals.pairs += 1
-            self.totals.pairs_matched += pr.match
+        self.window.add(side, role, rec, counted=counted, client_gone=client_gone, client_error=client_error)
+        if pair_key is not None and rec.ok:
+            pr = self.pairing.add(side, pair_key, rec.text)
+            if pr is not None:
+                self.window.pairs.append(pr)
+                self.totals.pairs += 1
+                self.totals.pairs_matched += pr.match
         self.totals.add(side, role, rec, counted=counted, client_gone=client_gone, client_error=client_error)
         outcome = "client_gone" if client_gone else "client_error" if client_error else "ok" if rec.ok else "failed"
         self.metrics.requests.labels(upstream=side.value, role=role.value, outcome=outcome).inc()
@@ -299,7 +301,10 @@ class CanaryService:
             window_info = {"start": w.start, "end": end, "duration_s": round(end - w.start, 3), "weight": w.weight,
                            "requests": {"baseline": len(inp.baseline), "candidate": len(inp.candidate)}, "retried_on_baseline": w.retried_on_baseline,
                            "client_gone": w.client_gone, "client_errors": w.client_errors, "greedy_pairs": len(w.pairs),
-                           "counters": "scraped" if snap is not None else "unavailable"}
+                           "counters": "scraped" if snap is not None else "unavailable",
+                           "acceptance": None if spec is None else {
+                               "drafts": spec.drafts, "draft_tokens": spec.draft_tokens, "accepted_tokens": spec.accepted_tokens,
+                               "acceptance_rate": spec.acceptance_rate, "source": source}}
             event = self._emit({"event": "evaluation", "t": end, "mode": self.cfg.mode, "window": window_info,
                                 "judgement": j, "decision": d, "state": ctl.state})
             self.rows.append(WindowRow.of(event_t=end, window=window_info, inp=inp, j=j, d=d, spec=spec))

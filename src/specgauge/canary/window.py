@@ -1,7 +1,7 @@
-"""One evaluation window: compact samples per side, greedy output pairs, the candidate's counters at
-the window's start. Holds no request bodies or full records (those go to disk as they finish), so a
-long window at high traffic stays small: a few floats per request, and the text of greedy requests
-only until their pair arrives.
+"""One evaluation window: compact samples per side, the greedy output pairs completed in it, the
+candidate's counters at its start. Holds no request bodies or full records (those go to disk as
+they finish), so a long window at high traffic stays small: a few floats per request. ``Pairing``
+keeps the text of greedy outputs only until their other half arrives.
 """
 
 from __future__ import annotations
@@ -44,6 +44,32 @@ class PairResult:
     match: bool
 
 
+class Pairing:
+    """Greedy outputs waiting for their other half, across windows (a mirrored copy often finishes
+    after the window its original was judged in). At most ``MAX_PENDING_PAIRS`` keys, oldest dropped."""
+
+    def __init__(self) -> None:
+        self._pending: OrderedDict[str, dict[Side, str]] = OrderedDict()
+
+    def add(self, side: Side, key: str, text: str) -> PairResult | None:
+        entry = self._pending.get(key)
+        if entry is None:
+            entry = self._pending[key] = {}
+            if len(self._pending) > MAX_PENDING_PAIRS:
+                self._pending.popitem(last=False)
+        other = Side.candidate if side is Side.baseline else Side.baseline
+        if key.startswith("id:"):  # a mirrored request: one pair, then forget it
+            if other in entry:
+                del self._pending[key]
+                return PairResult(key, "shadow", entry[other] == text)
+            entry[side] = text
+            return None
+        entry.setdefault(side, text)  # equal greedy bodies: each new output is compared with the other side's first
+        if other in entry:
+            return PairResult(key, "repeat", entry[other] == text)
+        return None
+
+
 @dataclass
 class Window:
     start: float = field(default_factory=time.time)  #: wall clock
@@ -55,10 +81,9 @@ class Window:
     client_gone: int = 0
     client_errors: int = 0
     pairs: list[PairResult] = field(default_factory=list)
-    _pending: OrderedDict[str, dict[Side, str]] = field(default_factory=OrderedDict)
 
-    def add(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, pair_key: str | None = None,
-            client_gone: bool = False, client_error: bool = False) -> None:
+    def add(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, client_gone: bool = False,
+            client_error: bool = False) -> None:
         """Take one finished request. ``counted``: it enters the judge (a client that went away or
         a request both sides refused does not)."""
         if client_gone:
@@ -69,26 +94,6 @@ class Window:
             self.retried_on_baseline += 1
         if counted:
             self.samples[side].append(Sample.of(rec, role))
-        if pair_key is not None and rec.ok:
-            self._pair(side, pair_key, rec.text)
-
-    def _pair(self, side: Side, key: str, text: str) -> None:
-        entry = self._pending.get(key)
-        if entry is None:
-            entry = self._pending[key] = {}
-            if len(self._pending) > MAX_PENDING_PAIRS:
-                self._pending.popitem(last=False)
-        other = Side.candidate if side is Side.baseline else Side.baseline
-        if key.startswith("id:"):  # a mirrored request: one pair, then forget it
-            if other in entry:
-                self.pairs.append(PairResult(key, "shadow", entry.pop(other) == text))
-                del self._pending[key]
-            else:
-                entry[side] = text
-            return
-        entry.setdefault(side, text)
-        if other in entry:
-            self.pairs.append(PairResult(key, "repeat", entry[other] == text))
 
     def age(self) -> float:
         return time.monotonic() - self.start_mono
