@@ -76,9 +76,10 @@ def check_workers(flag: str = "--ray") -> None:
         raise ScaleError(f"{flag}: Ray workers run specgauge {v}, this driver {__version__}: install the same version on every node")
 
 
-def data_context(preserve_order: bool = True, cpu_limit: float | None = None) -> Any:
+def data_context(preserve_order: bool = True, cpu_limit: float | None = None, max_block_bytes: int | None = None) -> Any:
     """Ray Data's context for specgauge's runs: ordered output (results are merged in workload order),
-    no progress bars on the terminal (the CLI draws its own), optionally a CPU cap."""
+    no progress bars on the terminal (the CLI draws its own), optionally a CPU cap and a block size
+    (Ray Data would otherwise coalesce a reader's output into blocks of 128 MiB: one per file)."""
     require_ray()
     from ray.data import DataContext
     from ray.data._internal.execution.interfaces import ExecutionResources
@@ -87,6 +88,9 @@ def data_context(preserve_order: bool = True, cpu_limit: float | None = None) ->
     ctx.execution_options.preserve_order = preserve_order
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
+    if max_block_bytes is not None:
+        ctx.target_max_block_size = max_block_bytes
+        ctx.target_min_block_size = min(ctx.target_min_block_size, max_block_bytes // 4)
     if cpu_limit is not None:
         ctx.execution_options.resource_limits = ExecutionResources(cpu=cpu_limit)
     return ctx

@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ from specgauge.workload.schema import Request
 
 Plan = Sequence[tuple[int, Request, float]]
 CLOCK_PINGS = 5
+ACTOR_PREFIX = "specgauge-loadgen-"  #: actors are named ``specgauge-loadgen-<run token>-w<N>`` (ray list actors)
 COALESCE_S = 0.005  #: a worker gathers records finishing within this long into one message
 
 
@@ -79,7 +81,9 @@ class LoadWorker:
                   ) -> AsyncIterator[dict[str, Any]]:
         """Sends ``(index, request JSON, scheduled s)`` from the global start ``t0_wall`` (driver clock;
         this worker's clock reads ``t0_wall + offset_s`` then). Yields ``{"sent": [[index, sent_s,
-        ready_s]…], "records": [JSON…]}`` as requests are sent and finish, then ``{"late_start_s": …}``."""
+        ready_s]…], "records": [JSON…]}`` as requests are sent and finish, then ``{"late_start_s": …,
+        "cpu_s": …}`` (this process's CPU time over the run: the load generator's own cost)."""
+        cpu0 = time.process_time()
         settings = RunnerSettings(**{**self.settings, "max_concurrency": max_concurrency})
         sent: list[list[Any]] = []
         done: list[str] = []
@@ -129,7 +133,7 @@ class LoadWorker:
             finally:
                 if not task.done():
                     task.cancel()
-        yield {"late_start_s": late}
+        yield {"late_start_s": late, "cpu_s": time.process_time() - cpu0}
 
 
 @dataclass
@@ -144,6 +148,7 @@ class _WorkerState:
     in_flight: dict[int, tuple[float, float | None]] = field(default_factory=dict)  #: index -> (sent_s, ready_s)
     finished: set[int] = field(default_factory=set)
     late_start_s: list[float] = field(default_factory=list)
+    cpu_s: float = 0.0  #: the actor process's CPU time while sending
     died: str | None = None
     lost: list[str] = field(default_factory=list)
     handed_over: int = 0  #: unsent requests given to other workers when it died
@@ -182,10 +187,11 @@ class RayLoadGen:
         info = connect(address, flag="--ray-address")
         actor_cls = ray.remote(LoadWorker)
         public = {k: v for k, v in asdict(settings).items() if k != "max_concurrency"}
+        token = uuid.uuid4().hex[:8]
         states = []
         for w in range(workers):
-            actor = actor_cls.options(num_cpus=cpus_per_worker, scheduling_strategy="SPREAD", max_restarts=0,
-                                      max_task_retries=0, max_concurrency=100_000).remote(w, public, dialect.name)
+            actor = actor_cls.options(name=f"{ACTOR_PREFIX}{token}-w{w}", num_cpus=cpus_per_worker, scheduling_strategy="SPREAD",
+                                      max_restarts=0, max_task_retries=0, max_concurrency=100_000).remote(w, public, dialect.name)
             states.append(_WorkerState(worker=w, actor=actor, share=caps[w]))
         try:
             hellos = ray.get([s.actor.hello.remote() for s in states], timeout=600)
@@ -232,6 +238,7 @@ class RayLoadGen:
                 msg = await ref
                 if "late_start_s" in msg:
                     st.late_start_s.append(msg["late_start_s"])
+                    st.cpu_s += msg["cpu_s"]
                     continue
                 for index, sent_s, ready_s in msg["sent"]:
                     st.in_flight[index] = (sent_s, ready_s)
@@ -282,7 +289,7 @@ class RayLoadGen:
                 "worker": s.worker, "node_ip": s.node.get("node_ip"), "node_id": s.node.get("node_id"),
                 "clock_offset_s": s.offset_s, "clock_rtt_s": s.rtt_s, "max_concurrency": s.share,
                 "requests_assigned": s.assigned, "requests_finished": len(s.finished),
-                "late_start_s": max(s.late_start_s) if s.late_start_s else None,
+                "late_start_s": max(s.late_start_s) if s.late_start_s else None, "cpu_s": s.cpu_s,
                 "died": s.died, "lost_in_flight": s.lost, "handed_over": s.handed_over, "taken_over": s.taken_over,
             })
         return {"workers": len(self.states), "cluster": self.cluster.describe(), "cpus_per_worker": self.cpus,

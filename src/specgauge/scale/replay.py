@@ -68,6 +68,8 @@ class SplitError(BaseModel):
     method: str
     k: int
     requests: int
+    first_request: str  #: the window: the first request after the first cut …
+    last_request: str  #: … to this one, in workload order
     split_acceptance_rate: float | None
     exact_acceptance_rate: float | None
     split_mean_acceptance_length: float | None
@@ -93,12 +95,17 @@ class RayReplayReport(BaseModel):
 
 
 class _Sums:
-    __slots__ = ("n", "acc", "dtok", "drafts")
+    __slots__ = ("n", "acc", "dtok", "drafts", "first", "last")
 
     def __init__(self) -> None:
         self.n = self.acc = self.dtok = self.drafts = 0
+        self.first: tuple[int, str] | None = None
+        self.last: tuple[int, str] | None = None
 
     def add(self, r: dict[str, Any]) -> None:
+        key = (r["seq"], r["id"])
+        self.first = key if self.first is None or key < self.first else self.first
+        self.last = key if self.last is None or key > self.last else self.last
         self.n += 1
         self.acc += r["accepted_tokens"]
         self.dtok += r["draft_tokens"]
@@ -155,7 +162,7 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
 
     from specgauge.scale import replay_tasks as T
 
-    data_context(preserve_order=True, cpu_limit=rcfg.cpu_limit)
+    data_context(preserve_order=True, cpu_limit=rcfg.cpu_limit, max_block_bytes=rcfg.block_tokens * 5)  # int32 ids + a little
     cfg_json = cfg.model_dump_json()
     outputs = [str(p) for p, kd in kinds.items() if kd == "batch-output"]
     files = [{"file_index": i, "path": str(p), "kind": kd} for i, (p, kd) in enumerate(kinds.items()) if kd != "batch-output"]
@@ -263,13 +270,12 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
                     on_request(n)
             if limit is not None and tally.report.items >= limit:
                 break
+    except BaseException:
+        _cancel(gens + checks)
+        raise
     finally:
         tally.close()
-        for g in gens + checks:  # stop what is still running (an error or --limit ended the merge early)
-            try:
-                ray.cancel(g)
-            except Exception:  # noqa: BLE001 — finished generators cannot be cancelled; nothing to do
-                pass
+    _cancel(gens)  # --limit may end the merge before the streams do; the checks are read below
     if tally.report.items == 0:
         where = str(paths[0]) if len(paths) == 1 else ", ".join(map(str, paths))
         skipped = tally.report.skipped
@@ -298,6 +304,16 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
     return result, report
 
 
+def _cancel(gens: list[Any]) -> None:
+    """Stops stream tasks whose rows are no longer needed (an error, or --limit reached)."""
+    ray = require_ray()
+    for g in gens:
+        try:
+            ray.cancel(g)
+        except Exception:  # noqa: BLE001 — a finished generator cannot be cancelled; nothing to stop
+            pass
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}%"
 
@@ -317,7 +333,9 @@ def _split_errors(checks: list[Any], split_rows: dict[tuple[int, int, int], dict
     out = []
     for (midx, k), ex in sorted(exact.items()):
         sp = split[(midx, k)]
-        out.append(SplitError(method=labels[midx], k=k, requests=ex.n, split_acceptance_rate=sp.rate(),
+        assert ex.first is not None and ex.last is not None
+        out.append(SplitError(method=labels[midx], k=k, requests=ex.n, first_request=ex.first[1], last_request=ex.last[1],
+                              split_acceptance_rate=sp.rate(),
                               exact_acceptance_rate=ex.rate(), split_mean_acceptance_length=sp.mal(),
                               exact_mean_acceptance_length=ex.mal()))
     return out
