@@ -37,17 +37,20 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
+from specgauge.i18n import en
 from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.compare import (
     LATENCY_METRICS, LATENCY_STATS, CompareConfig, GroupComparison, SimulationDelta, compare_records, segments_of,
 )
 from specgauge.stats.equivalence import EquivalenceResult, Scorer, check_equivalence
+from specgauge.stats.memory import MemoryRow
 
 _METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
 _SLO_RE = re.compile(r"^(ttft|tpot|e2e|e2el)_(p50|p95)(?:_ms)?$")
 EXIT_CODES = {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}
 GAIN, EQUIVALENT, SLOWER, NO_GAIN, UNSETTLED = (
-    "gain beyond the margin", "equivalent within the margin", "slower", "no gain worth turning on", "not settled")
+    en("verdict.finding.gain"), en("verdict.finding.equivalent"), en("verdict.finding.slower"),
+    en("verdict.finding.no_gain"), en("verdict.finding.unsettled"))
 FINDINGS = (GAIN, EQUIVALENT, SLOWER, NO_GAIN, UNSETTLED)
 
 
@@ -115,6 +118,8 @@ class ComparisonResult(BaseModel):
     simulation: list[SimulationDelta] = Field(default_factory=list)
     verdict: VerdictResult
     notes: list[str] = Field(default_factory=list)
+    #: device / KV / weight memory of both runs where measured (``stats.memory``); never part of the verdict
+    memory: list[MemoryRow] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -200,65 +205,67 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
     good: list[str] = []
     notes: list[str] = []
     n = g.speedup.n
-    conf = "95 % CI"
     s = g.speedup
     m = crit.min_speedup
     b_lo, b_hi = band(m)
     finding: str | None = None
     if n < crit.min_pairs:
-        block.append(f"only {n} {'paired ' if g.paired else ''}requests; at least {crit.min_pairs} are needed to judge")
+        block.append(en("verdict.min_pairs_paired" if g.paired else "verdict.min_pairs", n=n, need=crit.min_pairs))
     if s.estimate is None:
-        block.append(f"no speedup estimate: {s.reason}")
+        block.append(en("verdict.no_estimate", reason=s.reason))
     elif s.low is not None and s.high is not None:
-        ci = f"{_x(s.estimate)} ({conf} {_x(s.low)}–{_x(s.high)})"
+        ci = en("verdict.ci", est=_x(s.estimate), lo=_x(s.low), hi=_x(s.high))
         if n < crit.min_pairs:  # a bootstrap over a handful of pairs is no interval to act on
-            notes.append(f"speedup {ci}: too few pairs to act on")
+            notes.append(en("verdict.speedup_few", ci=ci))
         else:
             finding = _speedup_finding(s.low, s.high, m)
             if finding == GAIN:
-                good.append(f"the candidate is faster beyond the {m:g}× margin: output-token rate {ci}, the whole interval above {m:g}×")
+                good.append(en("verdict.gain", m=f"{m:g}", ci=ci))
             elif finding == EQUIVALENT:
-                soft.append(f"equivalent within the margin: output-token rate {ci} lies inside the equivalence band "
-                            f"{b_lo:.3f}×–{b_hi:.3f}× — nothing worth turning on")
+                soft.append(en("verdict.equivalent", ci=ci, lo=f"{b_lo:.3f}", hi=f"{b_hi:.3f}"))
             elif finding == SLOWER:
-                nogo.append(f"the candidate is slower: output-token rate {ci}, the whole interval below 1×")
+                nogo.append(en("verdict.slower", ci=ci))
             elif finding == NO_GAIN:
-                soft.append(f"no gain worth turning on: output-token rate {ci}, the whole interval below the {m:g}× margin")
+                soft.append(en("verdict.no_gain", ci=ci, m=f"{m:g}"))
             else:
-                notes.append(f"speedup {ci} includes the {m:g}× margin: not settled")
+                notes.append(en("verdict.unsettled", ci=ci, m=f"{m:g}"))
     lm = g.metric(crit.latency_metric)
     if lm is not None and lm.delta_ms.estimate is not None and lm.delta_ms.low is not None and lm.delta_ms.high is not None:
         d = lm.delta_ms
-        txt = f"{_words(lm.key)} {lm.baseline_ms:.1f} → {lm.candidate_ms:.1f} ms (Δ {d.estimate:+.1f} ms, {conf} {d.low:+.1f} to {d.high:+.1f})"
+        txt = en("verdict.latency", metric=_words(lm.key), base=f"{lm.baseline_ms:.1f}", cand=f"{lm.candidate_ms:.1f}",
+                 d=f"{d.estimate:+.1f}", lo=f"{d.low:+.1f}", hi=f"{d.high:+.1f}")
         limit = _latency_threshold(lm.baseline_ms or 0.0, m)
         if n < crit.min_pairs:
-            notes.append(f"{txt}: too few pairs to act on")
+            notes.append(en("verdict.lat_few", txt=txt))
         elif d.high < limit:
-            good.append(f"lower {txt}: the whole interval favours the candidate by more than the {m:g}× margin")
+            good.append(en("verdict.lat_gain", txt=txt, m=f"{m:g}"))
         elif d.high < 0:
-            notes.append(f"lower {txt}: favours the candidate, but not by the {m:g}× margin ({limit:+.1f} ms)")
+            notes.append(en("verdict.lat_small", txt=txt, m=f"{m:g}", limit=f"{limit:+.1f}"))
         elif d.low > 0:
-            notes.append(f"higher {txt}: the whole interval favours the baseline")
+            notes.append(en("verdict.lat_worse", txt=txt))
         else:
-            notes.append(f"{txt}: not settled")
+            notes.append(en("verdict.lat_unsettled", txt=txt))
     for key, limit_ms in sorted(crit.slo_ms.items()):
         sm = g.metric(key)
         if sm is None or sm.candidate_ms is None:
-            block.append(f"the SLO {_words(key)} ≤ {limit_ms:g} ms cannot be checked: {sm.delta_ms.reason if sm else 'no such statistic'}")
+            block.append(en("verdict.slo_unchecked", metric=_words(key), limit=f"{limit_ms:g}",
+                            why=sm.delta_ms.reason if sm else "no such statistic"))
         elif sm.candidate_ms > limit_ms:
-            base = f" (the baseline measured {sm.baseline_ms:.1f} ms)" if sm.baseline_ms is not None else ""
-            nogo.append(f"the candidate misses the SLO {_words(key)} ≤ {limit_ms:g} ms: it measured {sm.candidate_ms:.1f} ms{base}")
+            miss = {"metric": _words(key), "limit": f"{limit_ms:g}", "cand": f"{sm.candidate_ms:.1f}"}
+            nogo.append(en("verdict.slo_miss_base", **miss, base=f"{sm.baseline_ms:.1f}") if sm.baseline_ms is not None
+                        else en("verdict.slo_miss", **miss))
         else:
-            notes.append(f"meets the SLO {_words(key)} ≤ {limit_ms:g} ms ({sm.candidate_ms:.1f} ms)")
+            notes.append(en("verdict.slo_meet", metric=_words(key), limit=f"{limit_ms:g}", cand=f"{sm.candidate_ms:.1f}"))
     f = g.failure_rate_diff
     if f.estimate is not None and f.estimate > crit.max_failure_increase:
         rates = f"{100 * (g.failure_rate_baseline or 0):.2f} % → {100 * (g.failure_rate_candidate or 0):.2f} %"
         if f.low is not None and f.low > 0:
-            nogo.append(f"more requests fail: {rates} (+{100 * f.estimate:.2f} points, {conf} +{100 * f.low:.2f} to +{100 * (f.high or 0):.2f})")
+            nogo.append(en("verdict.fail_more", rates=rates, est=f"{100 * f.estimate:.2f}", lo=f"{100 * f.low:.2f}",
+                           hi=f"{100 * (f.high or 0):.2f}"))
         else:
-            block.append(f"more requests fail ({rates}) though the interval still includes no change")
+            block.append(en("verdict.fail_more_unsure", rates=rates))
     elif g.candidate_failed:
-        notes.append(f"{g.candidate_failed} candidate request(s) failed ({g.baseline_failed} in the baseline), within tolerance")
+        notes.append(en("verdict.fail_tolerated", n=g.candidate_failed, b=g.baseline_failed))
     _equivalence(g.equivalence, crit, nogo, block, notes)
     if nogo:
         verdict, reasons = Verdict.NO_GO, nogo + soft
@@ -268,7 +275,7 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
         verdict, reasons = Verdict.NO_GO, soft
     else:
         verdict = Verdict.INCONCLUSIVE
-        reasons = block + ([] if good else [f"neither the speedup CI nor the latency CI lies on one side of the {m:g}× margin"])
+        reasons = block + ([] if good else [en("verdict.neither", m=f"{m:g}")])
     gv = GroupVerdict(group=g.group, verdict=verdict, reasons=reasons, notes=notes, finding=finding)
     if verdict is Verdict.INCONCLUSIVE:
         _more(gv, g, crit)
@@ -283,27 +290,28 @@ def _equivalence(eq: EquivalenceResult | None, crit: VerdictCriteria, nogo: list
         k = gr.pairs - gr.matches
         if k:
             first = gr.mismatches[0]
-            where = f"request {first.id} at {'token ' + str(first.token_position) if first.token_position is not None else 'character ' + str(first.char_position)}"
-            msg = f"{k} of {gr.pairs} temperature-0 outputs differ from the baseline ({100 * k / gr.pairs:.1f} %; first: {where})"
+            where = (en("verdict.where_token", id=first.id, pos=first.token_position) if first.token_position is not None
+                     else en("verdict.where_char", id=first.id, pos=first.char_position))
+            msg = en("verdict.diverge", k=k, n=gr.pairs, pct=f"{100 * k / gr.pairs:.1f}", where=where)
             if k / gr.pairs > crit.max_divergence:
-                nogo.append(f"outputs changed: {msg}, above the {100 * crit.max_divergence:g} % tolerance")
+                nogo.append(en("verdict.changed", msg=msg, tol=f"{100 * crit.max_divergence:g}"))
             else:
-                notes.append(f"rare divergence: {msg}, within the {100 * crit.max_divergence:g} % tolerance")
+                notes.append(en("verdict.rare", msg=msg, tol=f"{100 * crit.max_divergence:g}"))
         else:
-            notes.append(f"all {gr.pairs} temperature-0 outputs match the baseline exactly ({gr.compared_by})")
+            notes.append(en("verdict.all_match", n=gr.pairs, by=gr.compared_by))
     sp = eq.sampled
     for name, t in (("output-length distribution (KS)", sp.length_ks), (f"{sp.unigram_unit} frequencies (TVD)", sp.unigram_tvd)):
         if t.p_value is not None and t.p_value < crit.alpha:
-            block.append(f"sampled outputs differ: {name} statistic {t.statistic:.3f}, p = {t.p_value:.2g} < {crit.alpha:g}")
+            block.append(en("verdict.sampled_differ", name=name, stat=f"{t.statistic:.3f}", p=f"{t.p_value:.2g}", alpha=f"{crit.alpha:g}"))
     if eq.scorer is not None and eq.scorer.p_value is not None and eq.scorer.p_value < crit.alpha and (eq.scorer.statistic or 0) < 0:
-        block.append(f"the scorer {eq.scorer_name} rates the candidate lower: mean {eq.scorer.statistic:+.3g}, p = {eq.scorer.p_value:.2g}")
+        block.append(en("verdict.scorer_lower", name=eq.scorer_name, stat=f"{eq.scorer.statistic:+.3g}", p=f"{eq.scorer.p_value:.2g}"))
 
 
 def _more(gv: GroupVerdict, g: GroupComparison, crit: VerdictCriteria) -> None:
     n = g.speedup.n
     if n < crit.min_pairs:
         gv.more_requests = crit.min_pairs - n
-        gv.more_requests_reason = f"at least {crit.min_pairs} paired requests are needed before judging"
+        gv.more_requests_reason = en("verdict.more_min", n=crit.min_pairs)
         return
     s = g.speedup
     # the speedup settles either way (above the margin: GO; below: NO-GO); the latency statistic only
@@ -317,15 +325,13 @@ def _more(gv: GroupVerdict, g: GroupComparison, crit: VerdictCriteria) -> None:
             cands.append(_needed(d.n, d.estimate, d.low, d.high, limit))
     found = [c for c in cands if c]
     if not found:
-        gv.more_requests_reason = (f"the speedup estimate sits on the {crit.min_speedup:g}× margin: more requests of the "
-                                   "same kind will not settle it; decide whether a gain that size is worth it")
+        gv.more_requests_reason = en("verdict.more_on_margin", m=f"{crit.min_speedup:g}")
         return
     gv.more_requests = min(found)
     half = None if s.low is None or s.high is None else (s.high - s.low) / 2
-    gv.more_requests_reason = (
-        f"about {gv.more_requests} more paired requests (total ≈ {n + gv.more_requests}), assuming the CI half-width "
-        f"shrinks as 1/√n" + (f"; at n = {n} it resolves speedups beyond ±{100 * half:.1f} %" if half is not None else "")
-    )
+    more = {"more": gv.more_requests, "total": n + gv.more_requests}
+    gv.more_requests_reason = (en("verdict.more_n_res", **more, n=n, pct=f"{100 * half:.1f}") if half is not None
+                               else en("verdict.more_n", **more))
 
 
 # ---------------------------------------------------------------------------- the whole decision
@@ -365,11 +371,10 @@ def decide(
     seg_v = {name: judge(g, crit) for name, g in per.items()}
     bad = [name for name, v in seg_v.items() if v.verdict is Verdict.NO_GO]
     if bad and ov.verdict is not Verdict.NO_GO:
-        ov.notes.insert(0, f"segment(s) {', '.join(bad)} are NO-GO on their own: consider enabling speculation per segment")
+        ov.notes.insert(0, en("verdict.segments_nogo", names=", ".join(bad)))
     notes = list(overall.notes)
     if (overall.equivalence.unknown_temperature and temperature is None):
-        notes.append(f"{overall.equivalence.unknown_temperature} pair(s) had no known temperature and were checked as sampled "
-                     "(servers default to 1); pass --temperature 0 if the run was greedy")
+        notes.append(en("verdict.unknown_temp", n=overall.equivalence.unknown_temperature))
     return ComparisonResult(
         mode="bench", baseline=baseline_info, candidate=candidate_info, config=cfg, criteria=crit,
         overall=overall, segments=per, verdict=VerdictResult(overall=ov, segments=seg_v), notes=notes,
@@ -379,12 +384,11 @@ def decide(
 def decide_simulations(rows: list[SimulationDelta], baseline_info: RunInfo, candidate_info: RunInfo,
                        cfg: CompareConfig | None = None, criteria: VerdictCriteria | None = None) -> ComparisonResult:
     """Simulate results predict acceptance; they measure no latency: always INCONCLUSIVE."""
-    why = ("simulation results compare acceptance offline; they measure no latency, failures or outputs — "
-           "bench both configurations to decide")
+    why = en("verdict.sim_why")
     v = GroupVerdict(group="overall", verdict=Verdict.INCONCLUSIVE, reasons=[why],
-                     more_requests_reason="measured runs are needed, not more simulated requests")
+                     more_requests_reason=en("verdict.sim_more"))
     return ComparisonResult(
         mode="simulate", baseline=baseline_info, candidate=candidate_info, config=cfg or CompareConfig(),
         criteria=criteria or VerdictCriteria(), simulation=rows, verdict=VerdictResult(overall=v),
-        notes=[] if rows else ["the two simulate results share no (method, k)"],
+        notes=[] if rows else [en("verdict.sim_none")],
     )
