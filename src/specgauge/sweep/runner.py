@@ -221,6 +221,8 @@ def run_grid(
                     try:
                         res = run_bench(cfg, console=console)
                     except UserError as e:
+                        if str(e).startswith("interrupted"):  # bench turns Ctrl-C into its own error: stop the sweep
+                            raise KeyboardInterrupt from None
                         rec.status, rec.error = "failed", rel(_first_line(e))
                     else:
                         rec.status = "done"

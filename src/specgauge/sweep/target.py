@@ -221,6 +221,10 @@ def open_server(target: ServerTarget, label: str, spec: dict[str, Any] | None, l
     except ServerStartError as e:
         scrub_log()
         raise ServerStartError(scrub(str(e), secrets)) from None
+    except BaseException:  # Ctrl-C while waiting for health: the server runs in its own session, stop it
+        srv.stop()
+        scrub_log()
+        raise
     try:
         yield srv.base_url, log
     finally:
