@@ -30,6 +30,7 @@ from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.memory import MemorySampler
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+from specgauge.loadgen.server_memory import parse_vllm_log
 from specgauge.paths import portable_path
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
 from specgauge.stats.latency import parse_goodput
@@ -74,6 +75,10 @@ class BenchConfig(BaseModel):
     segment_by: str | None = None
     progress: bool = True
     memory_interval: float = Field(default=1.0, gt=0)
+    memory_tool_timeout: float = Field(default=5.0, gt=0)  #: seconds a GPU telemetry tool may take before it is killed
+    #: the server's log file when specgauge (or you) started it: its memory lines (model weights, KV
+    #: cache) are read at the end of the run; nothing else of it is kept
+    server_log: Path | None = None
     fsync: bool = False
     #: send from N async Ray actors (``specgauge[ray]``; ``specgauge.scale.loadgen``); None: this process
     ray_workers: int | None = Field(default=None, ge=1)
@@ -119,6 +124,8 @@ class BenchConfig(BaseModel):
         d["api_key_set"] = self.api_key is not None
         d["workload"] = [portable_path(p, self.output_dir) for p in self.workload]
         d["output_dir"] = Path(self.output_dir).resolve().name
+        if self.server_log is not None:
+            d["server_log"] = portable_path(self.server_log, self.output_dir)
         return d
 
 
@@ -281,7 +288,7 @@ async def _session_run(
             run.warnings.append(f"no counter snapshot: {why}")
         elif before is not None and dialect.spec_config(before):
             run.server["speculative_config_inferred"] = dialect.spec_config(before)
-        mem = MemorySampler(cfg.memory_interval)
+        mem = MemorySampler(cfg.memory_interval, timeout=cfg.memory_tool_timeout)
         mem.start()
         times = arrival_process(cfg, [r for _, r in todo]).times(len(todo), cfg.seed)
         runner = Runner(settings, dialect, session, on_record)
@@ -306,11 +313,18 @@ async def _session_run(
                 ray_gen.close()
             await mem.stop()
             sess_info["memory"] = mem.summary()
+            if mem.warning:
+                run.warnings.append(mem.warning)
             if kv_task is not None:
                 kv_task.cancel()
                 await asyncio.gather(kv_task, return_exceptions=True)
             sess_info["kv_samples"] = kv
         after, why2 = await scrape(session, cfg.base_url, headers)
+    if cfg.server_log is not None:
+        try:
+            sess_info["server_log_memory"] = parse_vllm_log(Path(cfg.server_log).read_text(errors="replace"))
+        except OSError as e:
+            run.warnings.append(f"--server-log {Path(cfg.server_log).name}: {e.strerror or e}; server memory from /metrics only")
     sess_info["counters_before"] = before.to_json() if before else None
     sess_info["counters_after"] = after.to_json() if after else None
     if before is not None and after is not None:

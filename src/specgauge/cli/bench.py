@@ -41,6 +41,8 @@ def bench(
     segment_by: SegmentOpt = None,
     ray_workers: Annotated[int | None, typer.Option("--ray-workers", min=1, help="Send from N async Ray actors (specgauge[ray]), one schedule shared out; records stream back to one results.jsonl.")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray-workers; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
+    server_log: Annotated[Path | None, typer.Option("--server-log", help="The server's log file (vLLM): model-weight and KV-cache memory are read from its start-up lines.")] = None,
+    memory_tool_timeout: Annotated[float, typer.Option("--memory-tool-timeout", min=0.1, help="Seconds nvidia-smi / amd-smi / rocm-smi may take before being stopped (then no device memory).")] = 5.0,
 ) -> None:
     """Live benchmark: throughput, TTFT/TPOT/ITL/E2E percentiles, failures, acceptance from the server's counters."""
     from specgauge.bench import BenchConfig, format_summary, run_bench
@@ -63,6 +65,7 @@ def bench(
             self_timed=trace, trace_speed=trace_speed, goodput=goodput, percentile_metrics=percentile_metrics,
             metric_percentiles=metric_percentiles, warmup=num_warmups, timeout=timeout, resume=resume, dialect=dialect,
             api_key=api_key, segment_by=segment_by, ray_workers=ray_workers, ray_address=ray_address,
+            server_log=server_log, memory_tool_timeout=memory_tool_timeout,
         )
         result = run_bench(cfg, console=err_console)
         console.print(format_summary(result.summary), highlight=False, markup=False)

@@ -173,6 +173,28 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self._waiting) + len(self._incoming)
 
+    def memory_bytes(self) -> dict[str, dict[str, int]]:
+        """What this engine holds, by role: model weights and KV-cache capacity (bytes; tokens for the
+        capacity the usage gauge divides by). The draft model's entries exist only with a draft model."""
+        def weights(model: Any) -> int:
+            return sum(p.numel() * p.element_size() for p in model.parameters())
+
+        def kv(args: ModelArgs, slots: int, length: int, elem: int) -> int:
+            return 2 * args.num_layers * slots * length * args.num_kv_heads * args.head_dim * elem
+
+        elem = self.cache.k[0].element_size()
+        out = {"target": {"weight_bytes": weights(self.model),
+                          "kv_capacity_bytes": kv(self.args, self.cache.num_slots, self.cache.max_len, elem),
+                          "kv_capacity_tokens": self.max_batch * self.max_model_len}}
+        draft = getattr(self.drafter, "model", None)
+        if draft is not None and hasattr(draft, "parameters"):
+            d: dict[str, int] = {"weight_bytes": weights(draft)}
+            dargs, cache_len = getattr(draft, "args", None), getattr(self.drafter, "_cache_len", None)
+            if isinstance(dargs, ModelArgs) and isinstance(cache_len, int):
+                d["kv_capacity_bytes"] = kv(dargs, self.max_batch, cache_len, elem)
+            out["draft"] = d
+        return out
+
     def kv_cache_usage(self) -> float:
         """Fraction of the target KV cache (max_batch x max_model_len tokens) holding live tokens."""
         used = sum(r.cached for r in list(self._running.values()))

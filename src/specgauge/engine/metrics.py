@@ -69,5 +69,21 @@ class EngineMetrics:
         self.waiting.set(waiting)
         self.kv_usage.set(kv_usage)
 
+    def set_memory(self, report: dict[str, dict[str, int]]) -> None:
+        """What the engine holds (``Engine.memory_bytes``), as gauges vLLM has no names for:
+        ``specgauge:model_weight_bytes{role}``, ``specgauge:kv_cache_capacity_bytes{role}`` and
+        ``specgauge:kv_cache_capacity_tokens`` (the capacity ``vllm:kv_cache_usage_perc`` is a share of)."""
+        r, lab = self.registry, ["model_name", "engine", "role"]
+        weights = Gauge("specgauge:model_weight_bytes", "Bytes of model weights held, by role (target, draft).", lab, registry=r)
+        kv = Gauge("specgauge:kv_cache_capacity_bytes", "Bytes allocated for the KV cache, by role (target, draft).", lab, registry=r)
+        for role, d in report.items():
+            if "weight_bytes" in d:
+                weights.labels(**self.labels, role=role).set(d["weight_bytes"])
+            if "kv_capacity_bytes" in d:
+                kv.labels(**self.labels, role=role).set(d["kv_capacity_bytes"])
+        if "kv_capacity_tokens" in report.get("target", {}):
+            Gauge("specgauge:kv_cache_capacity_tokens", "Target KV-cache capacity in tokens.", ["model_name", "engine"],
+                  registry=r).labels(**self.labels).set(report["target"]["kv_capacity_tokens"])
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -76,6 +76,7 @@ class BearerAuth:
 
 def create_app(engine: Engine, tokenizer: Any, settings: ServerSettings) -> FastAPI:
     metrics = EngineMetrics(settings.model_name, engine.k)
+    metrics.set_memory(engine.memory_bytes())
     runner = EngineRunner(engine, metrics, detailed_spec_metrics=settings.per_request_spec_metrics == "detailed")
 
     @asynccontextmanager

@@ -25,6 +25,7 @@ from specgauge.simulate.run import SimulateResult
 from specgauge.stats.compare import AcceptanceStats, CompareConfig, compare_simulations
 from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
+from specgauge.stats.memory import compare_memory
 from specgauge.stats.verdict import ComparisonResult, RunInfo, VerdictCriteria, decide, decide_simulations
 from specgauge.workload.profile import WorkloadProfile
 
@@ -222,4 +223,5 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
                  temperatures=temps, temperature=req.temperature, temperature_source=src, scorer=scorer,
                  candidate_counters=c.counters()[0])
     res.notes = b.notes + c.notes + res.notes
+    res.memory = compare_memory(b.summary, c.summary)
     return res

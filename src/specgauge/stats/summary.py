@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specgauge import __version__
+from specgauge.loadgen.server_memory import server_memory, session_logs
 from specgauge.records import RequestRecord, RunRecord, SpecCounts
 from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
 from specgauge.stats.distributions import finite_or_none, pct_label
@@ -96,6 +97,7 @@ def summarize(
         "memory": {
             "device": sessions[-1].get("memory") if sessions else None,
             "kv_cache": _kv_summary(sessions),
+            "server": server_memory(_kv_summary(sessions), session_logs(sessions)),
         },
     }
     return s
