@@ -203,16 +203,16 @@ def test_recommend_cli_json_and_user_errors(tmp_path: Path) -> None:
     d = _write_sweep(tmp_path / "s")
     out = tmp_path / "rec.json"
     r = subprocess.run([sys.executable, "-m", "specgauge", "recommend", str(d), "--json", "-o", str(out), "--model", "m"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, check=False, timeout=120)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["kind"] == "specgauge.recommendation" and data == json.loads(out.read_text())
     assert data["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 2, 4], [3, 256, 0]]
-    bad = subprocess.run([sys.executable, "-m", "specgauge", "recommend", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run([sys.executable, "-m", "specgauge", "recommend", str(tmp_path / "nope")], capture_output=True, text=True, check=False, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "sweep.json" in bad.stderr
     # the report takes the recommendation JSON and the sweep directory
     rep = subprocess.run([sys.executable, "-m", "specgauge", "report", str(d), str(out), "-o", str(tmp_path / "r.html")],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, check=False, timeout=120)
     assert rep.returncode == 0, rep.stderr
     html = (tmp_path / "r.html").read_text()
     assert 'id="sweep-0"' in html and 'id="recommendation-0"' in html and "num_speculative_tokens_per_batch_size" in html

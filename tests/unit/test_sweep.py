@@ -23,7 +23,12 @@ from specgauge.stats.compare import CI
 from specgauge.sweep import ServerTarget, SweepError, SweepManifest, run_grid
 from specgauge.sweep.analysis import attach_predictions, crossover, pareto_front
 from specgauge.sweep.grid import (
-    build_configs, cells_for, config_from_label, config_label, expand_grid, parse_config,
+    build_configs,
+    cells_for,
+    config_from_label,
+    config_label,
+    expand_grid,
+    parse_config,
 )
 from specgauge.sweep.models import CellResult
 from specgauge.sweep.run import parse_duration, reanalyze

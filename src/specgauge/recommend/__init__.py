@@ -18,5 +18,15 @@ from specgauge.recommend.build import RecommendSettings, recommend
 from specgauge.recommend.models import BandChoice, Flags, Option, Recommendation
 from specgauge.recommend.sources import PredictedRecommendConfig, RecommendError, recommend_from_profile, recommend_from_sweep
 
-__all__ = ["BandChoice", "Flags", "Option", "PredictedRecommendConfig", "Recommendation", "RecommendError", "RecommendSettings",
-           "recommend", "recommend_from_profile", "recommend_from_sweep"]
+__all__ = [
+           "BandChoice",
+           "Flags",
+           "Option",
+           "PredictedRecommendConfig",
+           "RecommendError",
+           "RecommendSettings",
+           "Recommendation",
+           "recommend",
+           "recommend_from_profile",
+           "recommend_from_sweep",
+]

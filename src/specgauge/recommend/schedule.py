@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 
 Schedule = list[list[int]]
 
@@ -27,7 +28,7 @@ def bands_for(concurrencies: Sequence[int], max_batch: int = 256) -> list[tuple[
     Each concurrency stands for the batch sizes nearer to it than to its neighbours on a log scale:
     the boundary between c_i and c_{i+1} is ⌊√(c_i·c_{i+1})⌋. The first band starts at 1, the
     last ends at ``max_batch`` (vLLM's ``max_num_seqs``) or the largest concurrency if that is more."""
-    cs = sorted(set(int(c) for c in concurrencies))
+    cs = sorted({int(c) for c in concurrencies})
     if not cs or cs[0] < 1:
         raise ValueError("concurrencies must be integers >= 1")
     out = []
@@ -102,7 +103,7 @@ def validate_schedule(schedule: object, num_speculative_tokens: int) -> Schedule
         raise ValueError("ranges must be sorted by start")
     if out[0][0] != 1:
         raise ValueError("the first range must start at 1")
-    for a, b in zip(out, out[1:]):
+    for a, b in pairwise(out):
         if b[0] <= a[1]:
             raise ValueError(f"ranges {a} and {b} overlap")
         if b[0] != a[1] + 1:

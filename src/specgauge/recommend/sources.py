@@ -35,8 +35,8 @@ def options_from_analysis(a: SweepAnalysis, max_divergence: float = 0.02) -> tup
             continue
         if c.failed:
             notes.append(f"{c.label} at concurrency {c.concurrency}: {c.failed} of {c.requests} requests failed")
-        common = dict(label=c.label, method=c.method, k=c.k, concurrency=c.concurrency, source="measured",
-                      speculative_config=c.speculative_config)
+        common = {"label": c.label, "method": c.method, "k": c.k, "concurrency": c.concurrency, "source": "measured",
+                  "speculative_config": c.speculative_config}
         opts.append(Option(**common, estimate=c.speedup.estimate, low=c.speedup.low, high=c.speedup.high, pairs=c.speedup.n))  # type: ignore[arg-type]
         for sg in c.segments:
             segs.setdefault(sg.segment, []).append(Option(**common, estimate=sg.speedup.estimate, low=sg.speedup.low,  # type: ignore[arg-type]

@@ -6,6 +6,8 @@ Every string from the data (labels, reasons, flags) reaches the console as plain
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -16,7 +18,7 @@ from specgauge.sweep.models import CellResult, SweepManifest
 
 
 def _n(v: float | None, fmt: str = "{:.0f}") -> str:
-    return "–" if v is None or v != v else fmt.format(v)
+    return "–" if v is None or math.isnan(v) else fmt.format(v)
 
 
 def _ci(ci: CI | None) -> str:

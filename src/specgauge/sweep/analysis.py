@@ -33,7 +33,14 @@ from specgauge.stats.equivalence import greedy_equivalence
 from specgauge.stats.latency import tpot
 from specgauge.sweep.grid import method_and_k
 from specgauge.sweep.models import (
-    CellResult, CellRun, Crossover, ParetoPoint, PredictionInfo, SegmentSpeedup, SweepAnalysis, SweepManifest,
+    CellResult,
+    CellRun,
+    Crossover,
+    ParetoPoint,
+    PredictionInfo,
+    SegmentSpeedup,
+    SweepAnalysis,
+    SweepManifest,
 )
 
 _CYCLE = re.compile(r"~r\d+$")  #: bench suffixes repeated requests' ids with ~rN

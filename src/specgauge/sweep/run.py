@@ -20,7 +20,7 @@ from specgauge.sweep.models import PredictionInfo, SweepError, SweepManifest
 from specgauge.sweep.runner import SweepResult, run_grid
 from specgauge.sweep.target import ServerTarget
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?", re.I)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?", re.IGNORECASE)
 
 
 def parse_duration(text: str | None, flag: str = "--time-budget") -> float | None:

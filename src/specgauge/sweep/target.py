@@ -32,7 +32,7 @@ from specgauge.servers import ManagedServer, ServerStartError, embedded_server, 
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SPEC_ONLY = re.compile(r"^\{spec:(.+)\}$")  #: a word only a speculative server gets
-_SECRET_FLAG = re.compile(r"(key|token|secret|passw)", re.I)
+_SECRET_FLAG = re.compile(r"(key|token|secret|passw)", re.IGNORECASE)
 HEALTH_PATHS = ("/health", "/v1/models")
 
 
