@@ -1,7 +1,8 @@
 """Choosing at one concurrency: the margin, overlapping intervals, and the cheaper configuration.
 
 Rule (the same for measured CIs and predicted bands):
-1. an option *clears the margin* when the low end of its interval is at least ``min_speedup``;
+1. an option *clears the margin* when the low end of its interval lies above ``min_speedup`` (as in
+   ``compare``'s GO);
 2. none clears it: the choice is "off", and the reason names the best option and its interval;
 3. otherwise the option with the highest estimate leads; every clearing option whose interval
    overlaps the leader's cannot be told apart from it, and the simplest / cheapest of that group is
@@ -23,7 +24,7 @@ def cost(o: Option) -> tuple[int, int, str]:
 
 
 def clears(o: Option, min_speedup: float) -> bool:
-    return o.low is not None and o.low >= min_speedup
+    return o.low is not None and o.low > min_speedup
 
 
 def choose(options: Sequence[Option], concurrency: int, batch_range: list[int], min_speedup: float) -> BandChoice:
