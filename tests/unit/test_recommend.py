@@ -178,8 +178,10 @@ def _write_sweep(d: Path) -> Path:
         _cell("ngram-k4", 1, ng(4), 1.5, 1.3, 1.7, {"code": (2.0, 1.7, 2.3), "chat": (1.02, 0.9, 1.15)}, greedy=(40, 40)),
         _cell("ngram-k4", 8, ng(4), 0.9, 0.85, 0.95, {"code": (1.2, 1.1, 1.3), "chat": (0.8, 0.7, 0.9)}, greedy=(40, 40)),
         _cell("suffix-k8", 1, SX, 2.5, 2.2, 2.8, greedy=(40, 30)),  # changed 10 greedy outputs: never recommended
+        _cell("suffix-k4", 1, {**SX, "num_speculative_tokens": 4}, 2.4, 2.1, 2.7),
     ]
-    a = SweepAnalysis(baseline="off", min_speedup=1.0, concurrencies=[1, 8], labels=["off", "ngram-k4", "suffix-k8"],
+    cells[-1].failed = 2  # more failures than the baseline: never recommended
+    a = SweepAnalysis(baseline="off", min_speedup=1.0, concurrencies=[1, 8], labels=["off", "ngram-k4", "suffix-k8", "suffix-k4"],
                       segments=["chat", "code"], cells=cells)
     m = SweepManifest(settings=SweepSettings(workload=["w.jsonl"]), analysis=a)
     d.mkdir()
@@ -193,6 +195,7 @@ def test_recommend_from_a_hand_made_sweep_json(tmp_path: Path) -> None:
     assert [b.choice for b in r.bands] == ["ngram-k4", "off"]
     assert r.schedule == [[1, 2, 4], [3, 256, 0]]
     assert any("suffix-k8" in n and "10 of 40 greedy outputs" in n for n in r.notes)
+    assert any("suffix-k4" in n and "2 of 40 requests failed, 0 without speculation" in n for n in r.notes)
     segs = {s.segment: s for s in r.segments}
     assert [b.choice for b in segs["code"].bands] == ["ngram-k4", "ngram-k4"]
     assert [b.choice for b in segs["chat"].bands] == ["off", "off"] and "off" in segs["chat"].summary

@@ -21,8 +21,9 @@ class RecommendError(UserError):
 def options_from_analysis(a: SweepAnalysis, max_divergence: float = 0.02) -> tuple[list[Option], dict[str, list[Option]], list[str]]:
     """Measured options (overall and per segment) from a sweep's analysis, and notes.
 
-    A configuration that changed more than ``max_divergence`` of its greedy outputs at a concurrency
-    is left out there: speculation must not change a temperature-0 output."""
+    A configuration is left out at a concurrency where it changed more than ``max_divergence`` of its
+    greedy outputs (speculation must not change a temperature-0 output), or failed more requests than
+    the baseline did there."""
     opts: list[Option] = []
     segs: dict[str, list[Option]] = {}
     notes: list[str] = []
@@ -33,8 +34,11 @@ def options_from_analysis(a: SweepAnalysis, max_divergence: float = 0.02) -> tup
             notes.append(f"{c.label} at concurrency {c.concurrency} left out: it changed {c.greedy_pairs - c.greedy_matches} of "
                          f"{c.greedy_pairs} greedy outputs (the server's speculation is not lossless there)")
             continue
-        if c.failed:
-            notes.append(f"{c.label} at concurrency {c.concurrency}: {c.failed} of {c.requests} requests failed")
+        base = a.cell(a.baseline, c.concurrency)
+        if c.failed > (base.failed if base is not None else 0):
+            notes.append(f"{c.label} at concurrency {c.concurrency} left out: {c.failed} of {c.requests} requests failed, "
+                         f"{base.failed if base is not None else 0} without speculation")
+            continue
         common = {"label": c.label, "method": c.method, "k": c.k, "concurrency": c.concurrency, "source": "measured",
                   "speculative_config": c.speculative_config}
         opts.append(Option(**common, estimate=c.speedup.estimate, low=c.speedup.low, high=c.speedup.high, pairs=c.speedup.n))  # type: ignore[arg-type]
