@@ -33,6 +33,7 @@ from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
 from specgauge.loadgen.server_memory import parse_vllm_log
 from specgauge.paths import portable_path
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
+from specgauge.report.bench_console import format_summary  # noqa: F401  (the CLI and tests import it from here)
 from specgauge.stats.latency import parse_goodput
 from specgauge.stats.summary import summarize
 from specgauge.workload.schema import Request
@@ -444,70 +445,3 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
     summary = summarize(records, sessions, run, cfg.public(), percentiles, selected, goodput)
     _write_json(out / "summary.json", summary)
     return BenchResult(summary, out)
-
-
-def format_summary(s: dict[str, Any]) -> str:
-    """A console summary in ``vllm bench serve``'s layout (plus failures and acceptance checks)."""
-    lines = ["{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
-
-    def row(label: str, v: Any, fmt: str = "") -> None:
-        if v is None:
-            lines.append(f"{label:<40} n/a")
-        else:
-            lines.append(f"{label:<40} {format(v, fmt) if fmt else v}")
-
-    g = s["specgauge"]
-    row("Successful requests:", s["completed"])
-    row("Failed requests:", s["failed"])
-    for k, n in sorted(g["latency"]["failures"].items()):
-        row(f"  {k}:", n)
-    if s.get("max_concurrency"):
-        row("Maximum request concurrency:", s["max_concurrency"])
-    if s.get("request_rate") != "inf":
-        row("Request rate configured (RPS):", s["request_rate"], ".2f")
-    row("Benchmark duration (s):", s["duration"], ".2f")
-    row("Total input tokens:", s["total_input_tokens"])
-    row("Total generated tokens:", s["total_output_tokens"])
-    row("Request throughput (req/s):", s["request_throughput"], ".2f")
-    if s.get("request_goodput") is not None:
-        row("Request goodput (req/s):", s["request_goodput"], ".2f")
-    row("Output token throughput (tok/s):", s["output_throughput"], ".2f")
-    row("Peak output token throughput (tok/s):", s.get("max_output_tokens_per_s"), ".2f")
-    row("Peak concurrent requests:", s["max_concurrent_requests"])
-    row("Total token throughput (tok/s):", s["total_token_throughput"], ".2f")
-    heads = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
-             "itl": ("ITL", "Inter-token Latency (per token)"), "e2el": ("E2EL", "End-to-end Latency")}
-    for name, (short, head) in heads.items():
-        if f"mean_{name}_ms" not in s:
-            continue
-        lines.append("{s:{c}^{n}}".format(s=head, n=50, c="-"))
-        for k, v in s.items():
-            if k.endswith(f"_{name}_ms") and not k.startswith("std_"):
-                stat = k[: -len(f"_{name}_ms")]
-                label = stat.capitalize() if stat in ("mean", "median") else stat.upper()
-                row(f"{label} {short} (ms):", v, ".2f")
-        reason = g["latency"].get("reasons", {}).get(name)
-        if reason:
-            lines.append(f"  (n/a: {reason})")
-    acc = g["acceptance"]
-    if "spec_decode_acceptance_rate" in s:
-        lines.append("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
-        row("Acceptance rate (%):", s["spec_decode_acceptance_rate"], ".2f")
-        row("Acceptance length:", s["spec_decode_acceptance_length"], ".2f")
-        row("Drafts:", s["spec_decode_num_drafts"])
-        row("Draft tokens:", s["spec_decode_draft_tokens"])
-        row("Accepted tokens:", s["spec_decode_accepted_tokens"])
-        per = s.get("spec_decode_per_position_acceptance_rates") or []
-        if per:
-            lines.append("Per-position acceptance (%):")
-            for i, r in enumerate(per):
-                row(f"  Position {i}:", r * 100, ".2f")
-        src = acc["counters"].get("source") if acc["counters"].get("available") else acc["per_request_total"].get("source")
-        row("Source:", src)
-        ag = acc.get("agreement", {})
-        if ag.get("compared"):
-            row("Per-request sums equal counters:", "yes" if ag["equal"] else "NO")
-    for w in g.get("warnings", []):
-        lines.append(f"warning: {w}")
-    lines.append("=" * 50)
-    return "\n".join(lines)

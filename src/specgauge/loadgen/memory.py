@@ -69,6 +69,15 @@ class _Failed(Exception):
         self.hung = hung
 
 
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    """The tool and anything it started (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    await proc.wait()
+
+
 async def _run(probe: Probe, timeout: float) -> str:
     """stdout of one probe; _Failed (with why) when it cannot start, hangs or exits non-zero."""
     try:
@@ -80,13 +89,12 @@ async def _run(probe: Probe, timeout: float) -> str:
         raise _Failed(f"{probe.tool}: {e.strerror or e}") from None
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
-    except asyncio.TimeoutError:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the tool and anything it started
-        except ProcessLookupError:
-            pass
-        await proc.wait()
+    except TimeoutError:
+        await _kill(proc)
         raise _Failed(f"`{probe.command}` did not answer within {timeout:g} s and was stopped", hung=True) from None
+    except asyncio.CancelledError:  # the run ended while the tool was still running: leave nothing behind
+        await _kill(proc)
+        raise
     if proc.returncode != 0:
         msg = err.decode(errors="replace").strip().splitlines()
         raise _Failed(f"`{probe.command}` exited {proc.returncode}" + (f": {msg[-1][:160]}" if msg else ""))
