@@ -148,3 +148,22 @@ def test_no_unknown_tokens_means_every_step_is_certain() -> None:
     tree = SuffixTree(6)
     tree.extend(0, [1, 2, 3, 1, 2, 3])
     assert global_draft_certain(tree.root, [1, 2], 3, spec_limits(6, 1.0, 0.0), f32(0.1), 0.0, UnknownTails())
+
+
+def test_simulate_rows_and_summary_label_the_tail() -> None:
+    from specgauge.simulate.replay import AcceptanceSummary, RequestAcceptance
+
+    prompt, out = _cut_request()
+    d = SuffixDrafter(num_speculative_tokens=K, backend="python")
+    rows = []
+    for rid, p, o in (("r0", prompt, out), ("r1", [30, 31, 11, 12, 13], [14, 15, 16, 17, 18, 19]), ("r2", [1, 2], [3, 4])):
+        rows.append(RequestAcceptance.from_trace(d.replay(rid, p, o, K), rid, "s", "suffix", K, len(o)))
+    assert rows[0].tail_unknown == 3 and rows[0].cache_unknown == 0  # the draft ran 2 tokens past the cut, + 1
+    assert rows[1].cache_unknown == 3 and rows[2].cache_unknown == 3 + rows[1].tail_unknown
+    s = AcceptanceSummary.of("suffix", K, rows)
+    assert s.open_tail_requests == 1 + (rows[1].tail_unknown > 0) and s.requests_after_unknown == 2
+    assert "no log holds" in s.notes[-1]
+    # evicted requests take their unknown tokens with them
+    d1 = SuffixDrafter(num_speculative_tokens=K, suffix_decoding_max_cached_requests=1, backend="python")
+    d1.replay("r0", prompt, out, K)
+    assert d1.replay("r1", [5, 6], [7, 8, 9], K).cache_unknown == 0

@@ -107,6 +107,9 @@ class SuffixTrace(ReplayTrace):
     tail_unknown: int = 0
     first_uncertain: int | None = None
     checked: bool = True
+    #: tokens in the global cache (from earlier requests' tails) that a live server learned and the
+    #: replay could not: 0 means this request's figures are exact
+    cache_unknown: int = 0
 
 
 @register_drafter("suffix")
@@ -151,6 +154,8 @@ class SuffixDrafter:
         #: unknown tokens at the ends of cached outputs (None: not tracked)
         self.unknown_tails = UnknownTails() if track_unknown_tails else None
         self._tails_sound = True  # False once a tail of unknown length entered the tree
+        self._unknown_by_req: dict[str, int] = {}  # cached request -> unknown tokens after its output
+        self.cache_unknown = 0  #: unknown tokens in the global tree now
         self._native = NativeSuffixCache(self.max_tree_depth, self.max_cached_requests) if self.backend == "native" else None
         self.global_tree = SuffixTree(self.max_tree_depth)
         self._limits = spec_limits(self.max_tree_depth, self.max_spec_factor, 0.0)
@@ -255,7 +260,8 @@ class SuffixDrafter:
                     req.seen, k, self._limits, self._min_prob, self.max_model_len,
                     self.unknown_tails if checked else None)
         trace = SuffixTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64),
-                            final_draft=list(draft), first_uncertain=first_uncertain, checked=checked)
+                            final_draft=list(draft), first_uncertain=first_uncertain, checked=checked,
+                            cache_unknown=self._cache_unknown())
         self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
         self._finish(request_id, req, tokens[prompt_len:] + trace.tail_learned, trace.tail_unknown)
         return trace
@@ -285,6 +291,9 @@ class SuffixDrafter:
         if self.max_model_len is None or req.prompt_len + len(learn) + min(unknown, 1) < self.max_model_len:
             self._learn(request_id, req, learn, offset=req.prompt_len)
             seq = self._req_to_seq.get(request_id)
+            if unknown and self.max_cached_requests != 0:
+                self._unknown_by_req[request_id] = unknown
+                self.cache_unknown += unknown
             if unknown and seq is not None and self.unknown_tails is not None:
                 if unknown == 1:
                     self.unknown_tails.add(self.global_tree, seq)
@@ -295,6 +304,14 @@ class SuffixDrafter:
             self._native.stop(request_id)
 
     # -- internals --------------------------------------------------------------------------------
+    def _cache_unknown(self) -> int:
+        """Unknown tail tokens of requests still in the global cache (evicted ones left with them)."""
+        cached = self._native.cache.cached_requests if self._native is not None else self._req_to_seq
+        gone = [r for r in self._unknown_by_req if r not in cached]
+        for r in gone:
+            self.cache_unknown -= self._unknown_by_req.pop(r)
+        return self.cache_unknown
+
     def _request(self, request_id: str) -> _Request:
         try:
             return self._active[request_id]

@@ -34,6 +34,12 @@ class RequestAcceptance(BaseModel):
     #: acceptance_histogram[a]: drafts with exactly a tokens accepted (a = 0..k)
     acceptance_histogram: list[int]
     exact: bool = True
+    #: suffix: tokens a live server would also learn past this output's end (draft tokens accepted
+    #: past the cut / after the EOS, and the token after them) that the log does not hold (a bound)
+    tail_unknown: int = 0
+    #: suffix: such tokens of earlier requests missing from the replay's cache when this request was
+    #: replayed; its figures are exact only when this is 0
+    cache_unknown: int = 0
 
     @classmethod
     def from_trace(
@@ -51,6 +57,7 @@ class RequestAcceptance(BaseModel):
             output_tokens=output_tokens,
             steps=int(d.size), drafts=int(mask.sum()), draft_tokens=int(d.sum()), accepted_tokens=int(a.sum()),
             per_position=per_pos, acceptance_histogram=[int(x) for x in hist], exact=exact,
+            tail_unknown=int(getattr(trace, "tail_unknown", 0)), cache_unknown=int(getattr(trace, "cache_unknown", 0)),
         )
 
     @property
@@ -101,6 +108,11 @@ class AcceptanceSummary(BaseModel):
     #: draft tokens per target step (feeds the cost model)
     mean_drafted_per_step: float | None = None
     exact: bool = True
+    #: suffix: requests whose output ends where a live server would learn tokens no log holds, and
+    #: how many such tokens at most; requests replayed while some were missing from the cache
+    open_tail_requests: int = 0
+    tail_unknown_tokens: int = 0
+    requests_after_unknown: int = 0
     notes: list[str] = Field(default_factory=list)
 
     @classmethod
@@ -123,6 +135,7 @@ class AcceptanceAccumulator:
         self.rates: list[float] = []
         self.mals: list[float] = []
         self.exact = True
+        self.open_tails = self.tail_unknown = self.after_unknown = 0
 
     def add(self, r: RequestAcceptance) -> None:
         self.requests += 1
@@ -141,10 +154,19 @@ class AcceptanceAccumulator:
         self.rates.append(r.acceptance_rate)
         self.mals.append(r.mean_acceptance_length)
         self.exact &= r.exact
+        self.open_tails += r.tail_unknown > 0
+        self.tail_unknown += r.tail_unknown
+        self.after_unknown += r.cache_unknown > 0
 
     def summary(self) -> AcceptanceSummary:
         drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
         notes = [] if drafts else ["no drafts were proposed: acceptance is undefined (not 0)"]
+        if self.open_tails:
+            notes.append(
+                f"{self.open_tails} of {self.requests} outputs end while the final draft still matched: a live suffix "
+                f"server would also learn up to {self.tail_unknown} tokens past those ends (accepted past the cut or "
+                f"the EOS, and the token after them) that no log holds; {self.after_unknown} request(s) were "
+                "replayed without them in the cache, so their figures are exact only if those tokens change no draft")
         return AcceptanceSummary(
             method=self.method, k=self.k, requests=self.requests, output_tokens=self.output_tokens,
             decode_tokens=self.decode_tokens, steps=steps,
@@ -158,5 +180,6 @@ class AcceptanceAccumulator:
             request_mean_acceptance_length=Spread.of(self.mals, "no request had a draft"),
             acceptance_histogram=[int(x) for x in self.hist],
             mean_drafted_per_step=dtok / steps if steps else None,
-            exact=self.exact, notes=notes,
+            exact=self.exact, open_tail_requests=self.open_tails, tail_unknown_tokens=self.tail_unknown,
+            requests_after_unknown=self.after_unknown, notes=notes,
         )
