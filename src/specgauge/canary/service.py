@@ -28,7 +28,7 @@ from specgauge.canary.judge import Judgement, WindowInput, judge_window
 from specgauge.canary.metrics import ProxyMetrics
 from specgauge.canary.observe import Role, Side
 from specgauge.canary.proxy import Proxy, Upstream
-from specgauge.canary.summary import CanaryResult, RunTotals, WindowRow, build_result
+from specgauge.canary.summary import CanaryResult, RunTotals, WindowRow, build_result, window_latency
 from specgauge.canary.window import Pairing, Window
 from specgauge.errors import UserError
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
@@ -301,6 +301,7 @@ class CanaryService:
             window_info = {"start": w.start, "end": end, "duration_s": round(end - w.start, 3), "weight": w.weight,
                            "requests": {"baseline": len(inp.baseline), "candidate": len(inp.candidate)}, "retried_on_baseline": w.retried_on_baseline,
                            "client_gone": w.client_gone, "client_errors": w.client_errors, "greedy_pairs": len(w.pairs),
+                           "latency_ms": window_latency(inp),
                            "counters": "scraped" if snap is not None else "unavailable",
                            "acceptance": None if spec is None else {
                                "drafts": spec.drafts, "draft_tokens": spec.draft_tokens, "accepted_tokens": spec.accepted_tokens,

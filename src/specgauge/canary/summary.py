@@ -73,6 +73,12 @@ def _ms(samples: list[Any], metric: str, p: float) -> float | None:
     return None if math.isnan(v) else round(v * 1000.0, 3)
 
 
+def window_latency(inp: WindowInput) -> dict[str, dict[str, dict[str, float | None]]]:
+    """metric -> side -> {"p50", "p95"} in ms over a window's successful requests (None without data)."""
+    sides = {"baseline": inp.baseline, "candidate": inp.candidate}
+    return {m: {k: {"p50": _ms(v, m, 50.0), "p95": _ms(v, m, 95.0)} for k, v in sides.items()} for m in ("ttft", "tpot", "e2e")}
+
+
 class WindowRow(BaseModel):
     """One evaluation, flattened: what the report plots and the console prints."""
 
@@ -98,7 +104,7 @@ class WindowRow(BaseModel):
     @classmethod
     def of(cls, *, event_t: float, window: dict[str, Any], inp: WindowInput, j: Judgement, d: Decision,
            spec: SpecCounts | None) -> WindowRow:
-        sides = {"baseline": inp.baseline, "candidate": inp.candidate}
+        lat = window.get("latency_ms") or window_latency(inp)
         pairs = inp.pairs
         rate = spec.acceptance_rate if spec is not None else math.nan
         return cls(
@@ -106,8 +112,8 @@ class WindowRow(BaseModel):
             action=d.action.value, score=j.score, speed=j.speed, baseline=len(inp.baseline), candidate=len(inp.candidate),
             baseline_failed=sum(1 for s in inp.baseline if not s.ok), candidate_failed=sum(1 for s in inp.candidate if not s.ok),
             retried_on_baseline=window.get("retried_on_baseline", 0),
-            p95_ms={m: {k: _ms(v, m, 95.0) for k, v in sides.items()} for m in ("ttft", "tpot", "e2e")},
-            p50_ms={m: {k: _ms(v, m, 50.0) for k, v in sides.items()} for m in ("ttft", "tpot", "e2e")},
+            p95_ms={m: {k: v["p95"] for k, v in by_side.items()} for m, by_side in lat.items()},
+            p50_ms={m: {k: v["p50"] for k, v in by_side.items()} for m, by_side in lat.items()},
             acceptance_rate=None if math.isnan(rate) else rate,
             exact_match_rate=(sum(p.match for p in pairs) / len(pairs)) if pairs else None,
             reason=d.reason,

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
 from specgauge.recommend.models import Recommendation
+from specgauge.report.canary_html import CanarySection, load_canary, render_canaries, split_canaries
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
 from specgauge.simulate.run import SimulateResult
@@ -99,6 +100,7 @@ class ReportData(BaseModel):
     samples: list[Sample] = Field(default_factory=list)
     sweeps: list[SweepSection] = Field(default_factory=list)  #: report/sweep_html.py renders these
     recommendations: list[Recommendation] = Field(default_factory=list)
+    canaries: list[CanarySection] = Field(default_factory=list)  #: report/canary_html.py renders these
     notes: list[str] = Field(default_factory=list)
 
 
@@ -158,6 +160,7 @@ def _redact_comparison(c: ComparisonResult) -> ComparisonResult:
 
 def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
     sweeps, recs, rest = split_inputs(cfg.inputs)
+    canary_paths, rest = split_canaries(rest)
     runs = [load_run(p) for p in rest]
     seen: dict[str, int] = {}
     for r in runs:  # labels must tell the runs apart (same directory names under different parents)
@@ -170,6 +173,8 @@ def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
                       sweeps=sweeps, recommendations=recs)
     data.inputs += [{"label": s.label, "kind": "sweep", "path": s.label} for s in sweeps]
     data.inputs += [{"label": r.source_name, "kind": "recommendation", "path": r.source_name} for r in recs]
+    data.canaries = [load_canary(p) for p in canary_paths]
+    data.inputs += [{"label": c.label, "kind": "canary", "path": c.label} for c in data.canaries]
     for r in runs:
         data.notes += r.notes
         if r.kind == "profile":
@@ -371,6 +376,7 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
     return env.get_template("report.html.j2").render(
         d=data, figs=figs, plotly_js=jinja2.utils.markupsafe.Markup(js), measured=measured_speedups(data),
         sweep_html=jinja2.utils.markupsafe.Markup(render_sections(data.sweeps, data.recommendations)),
+        canary_html=jinja2.utils.markupsafe.Markup(render_canaries(data.canaries)),
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.generated_at)),
     )
 
