@@ -136,3 +136,6 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
     for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
         if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
             console.print(f"[yellow]note:[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
+    for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
+        if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
+            console.print(f"[yellow]note:[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
