@@ -77,16 +77,6 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
     def pred(seg: SegmentResult, method: str, k: int, batch: int) -> float | None:
         return next((p.predicted_speedup for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
 
-    def banded(seg: SegmentResult, method: str, k: int, batch: int) -> str:
-        """The speedup with its band when a calibrated law predicted it (^: extrapolated)."""
-        p = next((p for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
-        if p is None or p.predicted_speedup is None:
-            return "–"
-        text = f"{p.predicted_speedup:.2f}x"
-        if p.low is not None and p.high is not None:
-            text += f" ({p.low:.2f}–{p.high:.2f})"
-        return text + ("^" if p.extrapolated else "")
-
     t = Table(title=f"Offline acceptance replay, all requests ({r.requests_replayed} replayed)", title_justify="left")
     cols = ["method", "k", "acc rate", "MAL", "per-position acceptance", "tok/step", "req acc p10/p50/p90"]
     cols += [f"speedup B={b}" for b in r.batch_sizes]
@@ -99,7 +89,7 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
             s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
             " ".join(_f(x, "{:.2f}") for x in s.per_position_rate), _f(s.tokens_per_step),
             "–" if ra.n == 0 else f"{_pct(ra.p10)}/{_pct(ra.p50)}/{_pct(ra.p90)}",
-            *[banded(r.overall, s.method, s.k, b) for b in r.batch_sizes],
+            *[_f(pred(r.overall, s.method, s.k, b), "{:.2f}x") for b in r.batch_sizes],
             style="bold green" if best else None,
         )
     console.print(t)
@@ -133,9 +123,6 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
         console.print(f"[yellow]skipped {v} request(s): {escape(k)}[/yellow]")
     for note in r.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
-        if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
-            console.print(f"[yellow]note:[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
     for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
         if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
             console.print(f"[yellow]note:[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
