@@ -115,6 +115,35 @@ def test_stream_broken_after_bytes_reaches_the_client_broken(pair: tuple[FakeSer
     assert all(r.extra["canary"]["bytes_sent"] for r in cand)
 
 
+def test_upstream_outages_mid_run(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    b = FakeServer(model="m").__enter__()
+    c = FakeServer(model="m").__enter__()
+    try:
+        with CanaryThread(cfg(b, c, out, steps=[100.0], interval_s=0.5, judge=JudgeConfig(min_samples=2))) as cy:
+            client = openai.OpenAI(base_url=cy.base_url + "/v1", api_key=KEY, max_retries=0, timeout=20)
+            c.__exit__(None, None, None)  # the candidate goes down: its requests are answered by the baseline
+            for i in range(4):
+                st = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "tokens:3"}], stream=True,
+                                                    user=f"u{i}")
+                assert "".join(ch.choices[0].delta.content or "" for ch in st if ch.choices) == "t0 t1 t2 "
+            deadline = time.monotonic() + 10
+            while httpx.get(cy.base_url + "/canary/status").json()["state"] != "rolled_back" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            status = httpx.get(cy.base_url + "/canary/status").json()
+            assert status["state"] == "rolled_back" and status["totals"]["retried_on_baseline"] == 4
+            b.__exit__(None, None, None)  # now the baseline too: clients get a clear 502, the proxy stays up
+            r = httpx.post(cy.base_url + "/v1/chat/completions", json=chat("tokens:3"), timeout=10)
+            assert r.status_code == 502 and "the baseline failed" in r.json()["error"]["message"]
+            assert httpx.get(cy.base_url + "/health").status_code == 200
+    finally:
+        for srv in (b, c):
+            if srv._loop is not None and srv._loop.is_running():
+                srv.__exit__(None, None, None)
+    cand = ResultsFile(out / "candidate" / "results.jsonl").existing()
+    assert [r.failure.value for r in cand if r.failure] == ["connection_error"] * 4
+
+
 def test_slow_candidate_is_rolled_back_after_the_failure_limit(pair: tuple[FakeServer, FakeServer], tmp_path: Path) -> None:
     b, c = pair
     out = tmp_path / "o"
