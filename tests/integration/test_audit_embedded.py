@@ -1,15 +1,20 @@
-"""``specgauge audit --embedded``: two real embedded engines (``specgauge serve`` with and without
-n-gram speculation, started by the audit itself) — the engine is lossless, so the audit PASSES;
-an interrupted audit resumes where its sample file ends and loses nothing already measured."""
+"""``specgauge audit`` on two real embedded engines (``specgauge serve`` with and without n-gram
+speculation, started by the audit itself): the engine is lossless, so the audit PASSES; an
+interrupted audit resumes where its sample file ends and loses nothing already measured. The first
+run starts them with ``--embedded``, the resumed one from a ``--server-cmd`` template (``{spec}``
+left out for the reference), so both ways of starting servers are exercised."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from specgauge.audit.run import DEFAULT_SPECULATIVE_CONFIG
 from specgauge.cli import app
 from specgauge.models import available, target_dir
 
@@ -41,7 +46,9 @@ def test_embedded_engine_passes_and_an_interrupted_audit_resumes(tmp_path: Path)
     samples = out / "samples.jsonl"
     lines = samples.read_text().splitlines(keepends=True)
     samples.write_text("".join(lines[:1000]) + lines[1000][:25])
-    r = run(app, ["audit", "--embedded", "-o", str(out), "--resume", *ARGS])
+    cmd = f"{shlex.quote(sys.executable)} -m specgauge serve --model {{model}} --port {{port}} --speculative-config {{spec}}"
+    r = run(app, ["audit", "--server-cmd", cmd, "--model-dir", str(target_dir()), "--speculative-config",
+                  DEFAULT_SPECULATIVE_CONFIG, "-o", str(out), "--resume", *ARGS])
     assert r.exit_code == 0, r.output
     res2 = json.loads((out / "audit.json").read_text())
     assert res2["samples"] == res["samples"] and res2["skipped_lines"] == 1

