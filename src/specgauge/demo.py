@@ -35,6 +35,7 @@ class DemoConfig(BaseModel):
     #: suffix replay is pure Python (~1k positions/s): the demo replays it on this many requests
     suffix_requests: int = Field(default=60, ge=0)
     threads: int = Field(default=1, ge=1, description="torch threads per server process")
+    lang: str | None = None  #: en | ko for the report and the console summaries; None: from the locale
 
 
 class DemoResult(BaseModel):
@@ -71,8 +72,16 @@ def choose_candidate(sim: Any, batch: int) -> tuple[dict[str, Any], str]:
 
 
 def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
+    from specgauge.i18n import check_lang, use_lang
+
+    with use_lang(check_lang(cfg.lang)):
+        return _run_demo(cfg, console, err)
+
+
+def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
     from specgauge.api import profile, resolve_tokenizer
     from specgauge.bench import BenchConfig, format_summary, run_bench
+    from specgauge.i18n import get_lang, t
     from specgauge.models import available, draft_dir, target_dir
     from specgauge.report.console import render_profile, render_simulation
     from specgauge.report.html import ReportConfig, write_report
@@ -98,12 +107,12 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
     def step(n: int, text: str) -> None:
         console.rule(f"[bold]{n}/6[/bold] {text}  [dim]({time.monotonic() - t_start:.0f} s)[/dim]")
 
-    step(1, "profile the sample workload")
+    step(1, t("demo.step.profile"))
     prof, _ = profile([logged], LoadOptions(), None)
     _save(out / "profile.json", prof)
     render_profile(prof, console)
 
-    step(2, "offline acceptance replay: ngram, suffix, draft model, k = " + ",".join(map(str, cfg.ks)))
+    step(2, t("demo.step.replay", ks=",".join(map(str, cfg.ks))))
     import torch
 
     from specgauge.simulate.calibrate import calibrate_engine, save
@@ -129,7 +138,8 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
                   "against measured[/dim]")
     runs = {}
     for n, (name, sc) in enumerate((("bench-baseline", None), ("bench-speculative", spec)), start=3):
-        step(n, f"embedded server {'with ' + json.dumps(sc) if sc else 'without speculation'}: bench {cfg.num_prompts} requests at concurrency {cfg.max_concurrency}")
+        step(n, t("demo.step.bench_spec", spec=json.dumps(sc), n=cfg.num_prompts, c=cfg.max_concurrency) if sc
+             else t("demo.step.bench_base", n=cfg.num_prompts, c=cfg.max_concurrency))
         with embedded_server(target_dir(), out / f"{name}.server.log", sc, max_batch=max(cfg.max_concurrency, 1), threads=cfg.threads) as srv:
             res = run_bench(BenchConfig(base_url=srv.base_url, workload=[logged], output_dir=out / name,
                                         max_concurrency=cfg.max_concurrency, num_prompts=cfg.num_prompts, seed=0,
@@ -137,22 +147,22 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
         console.print(format_summary(res.summary), highlight=False, markup=False)
         runs[name] = out / name
 
-    step(5, "compare: paired speedup, latency deltas, output equivalence, verdict")
+    step(5, t("demo.step.compare"))
     cmp = compare_paths(CompareRequest(baseline=runs["bench-baseline"], candidate=runs["bench-speculative"]))
     _save(out / "compare.json", cmp)
     from specgauge.report.decide_console import render_comparison
 
     render_comparison(cmp, console)
 
-    step(6, "report")
+    step(6, t("demo.step.report"))
     report = out / "report.html"
     write_report(ReportConfig(inputs=[out / "profile.json", out / "simulate.json", runs["bench-baseline"],
                                       runs["bench-speculative"], out / "compare.json"], out=report,
-                              title="specgauge demo: speculative decoding on the built-in sample workload"))
+                              title=t("demo.title"), lang=get_lang()))
     secs = time.monotonic() - t_start
     verdict = cmp.verdict.overall.verdict.value
-    console.rule(f"done in {secs:.0f} s")
-    console.print(f"report: [bold]{report}[/bold]\nall results: {out}", highlight=False)
+    console.rule(t("demo.done", s=f"{secs:.0f}"))
+    console.print(f"{t('demo.report', path=f'[bold]{report}[/bold]')}\n{t('demo.results', path=out)}", highlight=False)
     return DemoResult(out_dir=out, report=report, verdict=verdict, candidate=spec, seconds=secs)
 
 

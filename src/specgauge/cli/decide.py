@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli.common import console, err_console, user_errors
+from specgauge.cli.common import LangOpt, console, err_console, user_errors
 
 
 @user_errors
@@ -33,15 +33,18 @@ def compare(
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     show_mismatches: Annotated[int, typer.Option("--show-mismatches", min=0, help="Temperature-0 mismatches to print.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    lang: LangOpt = None,
 ) -> None:
     """Paired A/B: speedup and latency deltas with bootstrap CIs, output equivalence, GO / NO-GO / INCONCLUSIVE.
 
     Exit status: 0 GO, 1 NO-GO (equivalent within the margin included), 3 INCONCLUSIVE, 2 user error.
     """
+    from specgauge.i18n import check_lang
     from specgauge.report.runs import CompareRequest, compare_paths
     from specgauge.stats.compare import CompareConfig
     from specgauge.stats.verdict import VerdictCriteria, metric_key, parse_slo
 
+    lang = check_lang(lang)
     req = CompareRequest(
         baseline=baseline, candidate=candidate, temperature=temperature, scorer=scorer,
         config=CompareConfig(resamples=resamples, seed=seed),
@@ -55,7 +58,7 @@ def compare(
     else:
         from specgauge.report.decide_console import render_comparison
 
-        render_comparison(result, console, mismatches=show_mismatches)
+        render_comparison(result, console, mismatches=show_mismatches, lang=lang)
     raise typer.Exit(result.verdict.exit_code)
 
 
@@ -66,14 +69,15 @@ def report(
     redact: Annotated[bool, typer.Option("--redact", help="Replace prompts and outputs by short hashes.")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report's data as JSON to this file.")] = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Also write one CSV row per bench run to this file.")] = None,
-    title: Annotated[str, typer.Option("--title", help="Report title.")] = "specgauge report",
+    title: Annotated[str | None, typer.Option("--title", help="Report title (default: \"specgauge report\" in the report's language).")] = None,
+    lang: LangOpt = None,
 ) -> None:
     """One self-contained HTML report (plots embedded, nothing fetched when viewed), plus JSON / CSV."""
     from rich.markup import escape
 
     from specgauge.report.html import ReportConfig, write_report
 
-    res = write_report(ReportConfig(inputs=inputs, out=out, redact=redact, json_out=json_out, csv_out=csv_out, title=title))
+    res = write_report(ReportConfig(inputs=inputs, out=out, redact=redact, json_out=json_out, csv_out=csv_out, title=title, lang=lang))
     for note in res.notes:
         err_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     console.print(f"report written to {out.resolve()}", highlight=False)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from specgauge.cli.common import (
+    LangOpt,
     console,
     err_console,
     user_errors,
@@ -20,9 +21,10 @@ def demo(
     num_prompts: Annotated[int, typer.Option("--num-prompts", min=4, help="Requests per live run.")] = 120,
     max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1)] = 4,
     k: Annotated[str, typer.Option("--k", help="Proposal lengths to replay offline.")] = "1-8",
+    lang: LangOpt = None,
 ) -> None:
     """The whole job on the embedded default: profile, offline replay, live A/B on the embedded server, verdict, HTML report."""
     from specgauge.demo import DemoConfig, run_demo
     from specgauge.simulate.run import parse_ks
 
-    run_demo(DemoConfig(out_dir=out_dir, num_prompts=num_prompts, max_concurrency=max_concurrency, ks=parse_ks(k)), console, err_console)
+    run_demo(DemoConfig(out_dir=out_dir, num_prompts=num_prompts, max_concurrency=max_concurrency, ks=parse_ks(k), lang=lang), console, err_console)

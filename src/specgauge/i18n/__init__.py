@@ -23,17 +23,18 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from functools import lru_cache
+from functools import cache, lru_cache
 from string import Formatter
 
+from specgauge.errors import UserError
 from specgauge.i18n.catalogue import MESSAGES, PATTERN_KEYS, TERMS
 
 LANGS = ("en", "ko")
 _lang: ContextVar[str] = ContextVar("specgauge_lang", default="en")
 
 
-class LanguageError(ValueError):
-    pass
+class LanguageError(UserError):
+    """An unknown --lang value."""
 
 
 def default_lang(env: Mapping[str, str] | None = None) -> str:
@@ -100,7 +101,7 @@ NUMERIC_PARAMS = frozenset({"est", "lo", "hi", "m", "base", "cand", "d", "limit"
 _NUMBER = r"[-+±]?(?:n/a|\d[\d.,]*(?:e[-+]?\d+)?)×?"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pattern(key: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
     """The English template of ``key`` as an anchored regex, one lazy group per placeholder."""
     parts, names = [], []
@@ -115,7 +116,7 @@ def _pattern(key: str) -> tuple[re.Pattern[str], tuple[str, ...]]:
     return re.compile("".join(parts) + r"\Z", re.DOTALL), tuple(names)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _term_rx(word: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z]){re.escape(word)}(?![A-Za-z])")
 

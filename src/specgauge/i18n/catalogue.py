@@ -185,6 +185,7 @@ REPORT: M = {
     "report.c.candidate": {"en": "candidate", "ko": "후보"},
     "report.c.delta": {"en": "Δ", "ko": "Δ"},
     "report.c.source": {"en": "source", "ko": "출처"},
+    "report.c.value": {"en": "value", "ko": "값"},
     "report.v.on": {"en": "on", "ko": "켬"},
     "report.v.off": {"en": "off", "ko": "끔"},
     "report.v.unknown": {"en": "?", "ko": "?"},
@@ -241,6 +242,14 @@ REPORT: M = {
     "report.fig.with_spec": {"en": "with speculation", "ko": "추측 디코딩 켬"},
     "report.fig.without_spec": {"en": "without speculation", "ko": "추측 디코딩 끔"},
     "report.fig.spec_unknown": {"en": "speculation unknown", "ko": "추측 디코딩 여부 모름"},
+    "report.fig.simulated": {"en": "{label}: {method} k={k} (simulated)", "ko": "{label}: {method} k={k} (시뮬레이션)"},
+    "report.fig.measured": {"en": "measured", "ko": "실측"},
+    "report.fig.measured_counters": {"en": "measured, /metrics diff", "ko": "실측, /metrics 차이"},
+    "report.fig.heatmap": {"en": "Simulated acceptance rate by segment, method and k ({label})", "ko": "세그먼트·방법·k별 시뮬레이션 수락률 ({label})"},
+    "report.fig.k_axis": {"en": "k (proposal length)", "ko": "k (제안 길이)"},
+    "report.fig.predicted": {"en": "predicted: {method} k={k} ({label})", "ko": "예측: {method} k={k} ({label})"},
+    "report.fig.measured_bench": {"en": "measured: bench runs with / without", "ko": "실측: 켠/끈 벤치마크 실행"},
+    "report.fig.measured_compare": {"en": "measured (compare, 95 % CI): {cand} vs {base}", "ko": "실측 (비교, 95 % 신뢰구간): {cand} 대 {base}"},
 }
 
 MEMORY: M = {
@@ -317,6 +326,7 @@ COMPARE: M = {
     "compare.paired": {"en": "paired", "ko": "짝지음"},
     "compare.unpaired": {"en": "unpaired", "ko": "짝짓지 않음"},
     "compare.c.delta_p95": {"en": "Δ {metric} p95 ms", "ko": "Δ {metric} p95 ms"},
+    "compare.c.speedup": {"en": "speedup", "ko": "속도 향상"},
     "compare.c.delta_fail": {"en": "Δ fail %pt", "ko": "Δ 실패 %p"},
     "compare.lat_table": {"en": "Latency overall, baseline → candidate (ms)", "ko": "전체 지연 시간, 기준 → 후보 (ms)"},
     "compare.c.statistic": {"en": "statistic", "ko": "통계량"},
@@ -343,6 +353,19 @@ COMPARE: M = {
 }
 
 DEMO: M = {
+    "demo.title": {"en": "specgauge demo: speculative decoding on the built-in sample workload",
+                   "ko": "specgauge 데모: 내장 샘플 워크로드에서의 추측 디코딩"},
+    "demo.step.profile": {"en": "profile the sample workload", "ko": "샘플 워크로드 프로파일링"},
+    "demo.step.replay": {"en": "offline acceptance replay: ngram, suffix, draft model, k = {ks}",
+                         "ko": "오프라인 수락 재생: ngram, suffix, 드래프트 모델, k = {ks}"},
+    "demo.step.bench_base": {"en": "embedded server without speculation: bench {n} requests at concurrency {c}",
+                             "ko": "추측 디코딩 없는 내장 서버: 동시성 {c}에서 요청 {n}개 벤치마크"},
+    "demo.step.bench_spec": {"en": "embedded server with {spec}: bench {n} requests at concurrency {c}",
+                             "ko": "{spec} 설정의 내장 서버: 동시성 {c}에서 요청 {n}개 벤치마크"},
+    "demo.step.compare": {"en": "compare: paired speedup, latency deltas, output equivalence, verdict",
+                          "ko": "비교: 짝지은 속도 향상, 지연 시간 차이, 출력 동등성, 판정"},
+    "demo.step.report": {"en": "report", "ko": "보고서"},
+    "demo.done": {"en": "done in {s} s", "ko": "{s}초 만에 완료"},
     "demo.report": {"en": "report: {path}", "ko": "보고서: {path}"},
     "demo.results": {"en": "all results: {path}", "ko": "모든 결과: {path}"},
 }

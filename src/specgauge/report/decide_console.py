@@ -6,10 +6,13 @@ characters visible, so an output cannot restyle or garble the terminal.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specgauge.i18n import t, translate, use_lang
 from specgauge.stats.compare import CI, GroupComparison
 from specgauge.stats.verdict import ComparisonResult, GroupVerdict, band
 
@@ -53,90 +56,109 @@ def _group_rows(t: Table, g: GroupComparison) -> None:
 
 
 def _verdict_line(console: Console, name: str, v: GroupVerdict) -> None:
-    finding = f" ({v.finding})" if v.finding and v.verdict.value != "GO" else ""
-    console.print(f"[{_STYLE[v.verdict.value]}]{v.verdict.value}{finding}[/] {escape(name)}", highlight=False)
+    finding = f" ({translate(v.finding)})" if v.finding and v.verdict.value != "GO" else ""
+    console.print(f"[{_STYLE[v.verdict.value]}]{escape(t('verdict.' + v.verdict.value))}{escape(finding)}[/] {escape(name)}", highlight=False)
     for r in v.reasons:
-        console.print(f"  • {escape(r)}", highlight=False)
+        console.print(f"  • {escape(translate(r))}", highlight=False)
     if v.more_requests_reason:
-        console.print(f"  → {escape(v.more_requests_reason)}", highlight=False)
+        console.print(f"  → {escape(translate(v.more_requests_reason))}", highlight=False)
     for n in v.notes:
-        console.print(f"  [dim]· {escape(n)}[/dim]", highlight=False)
+        console.print(f"  [dim]· {escape(translate(n))}[/dim]", highlight=False)
 
 
-def render_comparison(r: ComparisonResult, console: Console, mismatches: int = 5) -> None:
-    console.print(f"baseline  [bold]{escape(r.baseline.label)}[/bold] ({escape(r.baseline.path)})", highlight=False)
-    console.print(f"candidate [bold]{escape(r.candidate.label)}[/bold] ({escape(r.candidate.path)})", highlight=False)
+def render_comparison(r: ComparisonResult, console: Console, mismatches: int = 5, lang: str | None = None) -> None:
+    """The comparison as tables and verdict lines in ``lang`` (None: the current language)."""
+    with use_lang(lang) if lang else nullcontext():
+        _render(r, console, mismatches)
+
+
+def _render(r: ComparisonResult, console: Console, mismatches: int) -> None:
+    console.print(f"{escape(t('compare.baseline'))} [bold]{escape(r.baseline.label)}[/bold] ({escape(r.baseline.path)})", highlight=False)
+    console.print(f"{escape(t('compare.candidate'))} [bold]{escape(r.candidate.label)}[/bold] ({escape(r.candidate.path)})", highlight=False)
     if r.mode == "simulate":
-        t = Table(title="Simulated acceptance: baseline → candidate", title_justify="left")
-        for c in ("segment", "method", "k", "acc rate", "MAL", "predicted speedup"):
-            t.add_column(c, justify="left" if c in ("segment", "method") else "right")
+        tb = Table(title=t("compare.sim_table"), title_justify="left")
+        for key in ("segment", "method", "k", "acc_rate", "mal", "predicted_speedup"):
+            tb.add_column(t(f"report.c.{key}"), justify="left" if key in ("segment", "method") else "right")
         for d in r.simulation:
-            t.add_row(escape(d.segment), escape(d.method), str(d.k),
+            tb.add_row(escape(d.segment), escape(d.method), str(d.k),
                       f"{_f(d.baseline_acceptance_rate, '{:.1%}')} → {_f(d.candidate_acceptance_rate, '{:.1%}')}",
                       f"{_f(d.baseline_mal, '{:.2f}')} → {_f(d.candidate_mal, '{:.2f}')}",
                       f"{_f(d.baseline_predicted_speedup, '{:.2f}×')} → {_f(d.candidate_predicted_speedup, '{:.2f}×')}")
-        console.print(t)
+        console.print(tb)
     else:
         assert r.overall is not None
-        conf = f"{100 * r.config.confidence:g} % CI"
-        t = Table(title=f"Candidate vs baseline ({conf}, {r.config.resamples} bootstrap resamples, "
-                        f"{'paired' if r.overall.paired else 'unpaired'})", title_justify="left")
-        t.add_column("segment")
-        t.add_column("pairs", justify="right")
-        t.add_column("speedup", justify="right")
+        conf = t("compare.conf", pct=f"{100 * r.config.confidence:g}")
+        tb = Table(title=t("compare.table", conf=conf, n=r.config.resamples,
+                           paired=t("compare.paired") if r.overall.paired else t("compare.unpaired")), title_justify="left")
+        tb.add_column(t("report.c.segment"))
+        tb.add_column(t("report.c.pairs"), justify="right")
+        tb.add_column(t("compare.c.speedup"), justify="right")
         for m in r.overall.latency:
             if m.stat == "p95":
-                t.add_column(f"Δ {m.metric.upper()} p95 ms", justify="right")
-        t.add_column("Δ fail %pt", justify="right")
-        t.add_column("acc rate", justify="right")
-        t.add_column("MAL", justify="right")
+                tb.add_column(t("compare.c.delta_p95", metric=m.metric.upper()), justify="right")
+        tb.add_column(t("compare.c.delta_fail"), justify="right")
+        tb.add_column(t("report.c.acc_rate"), justify="right")
+        tb.add_column(t("report.c.mal"), justify="right")
         for g in r.segments.values():
-            _group_rows(t, g)
+            _group_rows(tb, g)
         if r.segments:
-            t.add_section()
-        _group_rows(t, r.overall)
-        console.print(t)
+            tb.add_section()
+        _group_rows(tb, r.overall)
+        console.print(tb)
         o = r.overall
-        lat = Table(title="Latency overall, baseline → candidate (ms)", title_justify="left")
-        for c in ("statistic", "baseline", "candidate", "ratio", f"Δ ms [{conf}]"):
-            lat.add_column(c, justify="left" if c == "statistic" else "right")
+        lat = Table(title=t("compare.lat_table"), title_justify="left")
+        for i, c in enumerate((t("compare.c.statistic"), t("report.c.baseline"), t("report.c.candidate"), t("compare.c.ratio"),
+                               t("compare.c.delta_ci", conf=conf))):
+            lat.add_column(c, justify="left" if i == 0 else "right")
         for m in o.latency:
             lat.add_row(f"{m.metric.upper()} {m.stat}", _f(m.baseline_ms), _f(m.candidate_ms), _f(m.ratio, "{:.3f}"), _ci(m.delta_ms))
         console.print(lat)
-        console.print(
-            f"requests: baseline {o.baseline_requests} ({o.baseline_failed} failed), candidate {o.candidate_requests} "
-            f"({o.candidate_failed} failed); unpaired: {o.baseline_only} only in baseline, {o.candidate_only} only in "
-            f"candidate, {o.failed_in_a_pair} failed on a side", highlight=False)
+        console.print(t("compare.requests", b=o.baseline_requests, bf=o.baseline_failed, c=o.candidate_requests,
+                        cf=o.candidate_failed, bo=o.baseline_only, co=o.candidate_only, fp=o.failed_in_a_pair), highlight=False)
         if o.measured_throughput_ratio is not None:
-            console.print(f"run-level output throughput ratio (no CI): {o.measured_throughput_ratio:.3f}×", highlight=False)
+            console.print(t("compare.tput_ratio", ratio=f"{o.measured_throughput_ratio:.3f}×"), highlight=False)
         if o.acceptance.available:
             pos = " ".join(f"{x:.2f}" for x in o.acceptance.per_position)
-            console.print(f"candidate acceptance: rate {_f(o.acceptance.acceptance_rate, '{:.1%}')}, MAL "
-                          f"{_f(o.acceptance.mean_acceptance_length, '{:.2f}')}, per position {pos or '–'} "
-                          f"(from {escape(o.acceptance.basis())})", highlight=False)
+            console.print(escape(t("compare.acceptance", rate=_f(o.acceptance.acceptance_rate, '{:.1%}'),
+                                   mal=_f(o.acceptance.mean_acceptance_length, '{:.2f}'), pos=pos or "–",
+                                   src=o.acceptance.basis())), highlight=False)
         else:
-            console.print(f"candidate acceptance: n/a ({escape(o.acceptance.reason or '')})", highlight=False)
+            console.print(escape(t("compare.acceptance_na", why=o.acceptance.reason or "")), highlight=False)
         _render_equivalence(r, console, mismatches)
+        _render_memory(r, console)
     for n in r.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(n)}", highlight=False)
+        console.print(f"[yellow]{escape(t('compare.note'))}[/yellow] {escape(translate(n))}", highlight=False)
     console.print()
     for name, v in r.verdict.segments.items():
-        _verdict_line(console, f"segment {name}", v)
-    _verdict_line(console, "overall", r.verdict.overall)
+        _verdict_line(console, t("compare.segment", name=name), v)
+    _verdict_line(console, t("compare.overall"), r.verdict.overall)
     if r.mode == "bench":
         lo, hi = band(r.criteria.min_speedup)
-        console.print(f"[dim]practical margin {r.criteria.min_speedup:g}× (--min-speedup): GO needs the whole speedup CI "
-                      f"above it; inside [{lo:.3f}×, {hi:.3f}×] is equivalent (NO-GO: nothing worth turning on)[/dim]",
+        console.print(f"[dim]{escape(t('compare.margin', m=f'{r.criteria.min_speedup:g}', lo=f'{lo:.3f}', hi=f'{hi:.3f}'))}[/dim]",
                       highlight=False)
+
+
+def _render_memory(r: ComparisonResult, console: Console) -> None:
+    if not r.memory:
+        return
+    from specgauge.report.html import memory_value
+
+    tb = Table(title=t("compare.c.memory"), title_justify="left")
+    for i, c in enumerate((t("report.c.figure"), t("report.c.baseline"), t("report.c.candidate"), t("report.c.delta"), t("report.c.source"))):
+        tb.add_column(c, justify="left" if i in (0, 4) else "right")
+    for m in r.memory:
+        tb.add_row(t(f"memory.{m.key}"), memory_value(m.key, m.baseline), memory_value(m.key, m.candidate),
+                   memory_value(m.key, m.delta, True), escape(m.source))
+    console.print(tb)
 
 
 def _render_equivalence(r: ComparisonResult, console: Console, mismatches: int) -> None:
     assert r.overall is not None and r.overall.equivalence is not None
     eq = r.overall.equivalence
     g = eq.greedy
-    console.print(f"[bold]Output equivalence[/bold] (temperatures from {escape(eq.temperature_source)})", highlight=False)
+    console.print(f"[bold]{escape(t('compare.eq'))}[/bold] {escape(t('compare.eq_from', src=translate(eq.temperature_source)))}", highlight=False)
     if g.pairs:
-        console.print(f"  temperature 0: {g.matches}/{g.pairs} exact matches ({_f(g.match_rate, '{:.2%}')}, by {g.compared_by})",
+        console.print(escape(t("compare.eq_greedy", m=g.matches, n=g.pairs, rate=_f(g.match_rate, '{:.2%}'), by=translate(g.compared_by))),
                       highlight=False)
         for m in g.mismatches[:mismatches]:
             where = f"token {m.token_position}" if m.token_position is not None else ""
@@ -146,13 +168,13 @@ def _render_equivalence(r: ComparisonResult, console: Console, mismatches: int) 
             console.print(f"      baseline:  [green]{visible(m.baseline_continuation)}[/green]", highlight=False)
             console.print(f"      candidate: [red]{visible(m.candidate_continuation)}[/red]", highlight=False)
         if len(g.mismatches) > mismatches:
-            console.print(f"  … {len(g.mismatches) - mismatches} more mismatches in --json", highlight=False)
+            console.print(escape(t("compare.eq_more", n=len(g.mismatches) - mismatches)), highlight=False)
     s = eq.sampled
     if s.pairs:
         ks, tv = s.length_ks, s.unigram_tvd
-        console.print(f"  temperature > 0 ({s.pairs} pairs): output lengths KS D={_f(ks.statistic, '{:.3f}')} "
-                      f"p={_f(ks.p_value, '{:.3g}')}; {s.unigram_unit} frequencies TVD={_f(tv.statistic, '{:.4f}')} "
-                      f"p={_f(tv.p_value, '{:.3g}')}", highlight=False)
+        console.print(escape(t("compare.eq_sampled", n=s.pairs, d=_f(ks.statistic, '{:.3f}'), p=_f(ks.p_value, '{:.3g}'),
+                               unit=translate(s.unigram_unit), tvd=_f(tv.statistic, '{:.4f}'), p2=_f(tv.p_value, '{:.3g}'))),
+                      highlight=False)
     if eq.scorer is not None:
         sc = eq.scorer
         console.print(f"  scorer {escape(eq.scorer_name or '')}: mean {_f(sc.statistic, '{:+.4g}')} over {sc.n} pairs, "

@@ -22,15 +22,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from markupsafe import Markup
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
+from specgauge.i18n import check_lang, t, translate, use_lang
 from specgauge.recommend.models import Recommendation
-from specgauge.report.canary_html import CanarySection, load_canary, render_canaries, split_canaries
+from specgauge.report.canary_html import (
+    CanarySection,
+    load_canary,
+    render_canaries,
+    split_canaries,
+)
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
 from specgauge.simulate.run import SimulateResult
 from specgauge.stats.latency import per_token_itls, tpot
+from specgauge.stats.memory import MemoryFigure, run_memory
 from specgauge.stats.verdict import ComparisonResult
 from specgauge.workload.profile import WorkloadProfile
 
@@ -49,7 +57,8 @@ class ReportConfig(BaseModel):
     redact: bool = False
     json_out: Path | None = None
     csv_out: Path | None = None
-    title: str = "specgauge report"
+    title: str | None = None  #: None: "specgauge report" in the report's language
+    lang: str | None = None  #: en | ko; None: from the locale (LC_ALL / LC_MESSAGES / LANG starting with ko)
 
 
 class RunRow(BaseModel):
@@ -76,6 +85,7 @@ class RunRow(BaseModel):
     #: where the acceptance came from: "per-request" counts or the run's /metrics "counters" diff
     acceptance_origin: str | None = None
     acceptance_note: str | None = None  #: the source in words, or why there is none
+    memory: list[MemoryFigure] = Field(default_factory=list)  #: device / KV / weight memory measured in the run
 
 
 class Sample(BaseModel):
@@ -90,6 +100,7 @@ class Sample(BaseModel):
 
 class ReportData(BaseModel):
     title: str
+    lang: str = "en"
     generated_at: float
     redacted: bool
     inputs: list[dict[str, str]]
@@ -142,6 +153,7 @@ def run_row(run: LoadedRun) -> RunRow:
         itl_p50_ms=_pct(itl, 50), itl_p95_ms=_pct(itl, 95), e2e_p50_ms=_pct(e2e, 50), e2e_p95_ms=_pct(e2e, 95),
         acceptance_rate=acc.acceptance_rate, mean_acceptance_length=acc.mean_acceptance_length, per_position=acc.per_position,
         acceptance_origin=acc.origin, acceptance_note=acc.basis() if acc.available else acc.reason,
+        memory=run_memory(run.summary),
     )
 
 
@@ -168,7 +180,7 @@ def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
     for r in runs:
         if seen[r.label] > 1:
             r.label = str(r.path)
-    data = ReportData(title=cfg.title, generated_at=time.time(), redacted=cfg.redact,
+    data = ReportData(title=cfg.title or t("report.title"), lang=check_lang(cfg.lang), generated_at=time.time(), redacted=cfg.redact,
                       inputs=[{"label": r.label, "kind": r.kind, "path": str(r.path)} for r in runs],
                       sweeps=sweeps, recommendations=recs)
     data.inputs += [{"label": s.label, "kind": "sweep", "path": s.label} for s in sweeps]
@@ -238,15 +250,16 @@ def latency_figures(runs: Sequence[LoadedRun]) -> dict[str, str]:
     out = {}
     for key, title, unit, get in (
         ("ttft", "TTFT", "ms", lambda r: [x.ttft_s * 1000 for x in r.records if x.ok and x.ttft_s is not None]),
-        ("e2e", "End-to-end latency", "ms", lambda r: [x.e2e_s * 1000 for x in r.records if x.ok and x.e2e_s is not None]),
-        ("itl", "Inter-token latency (per token)", "ms",
+        ("e2e", t("report.fig.e2e"), "ms", lambda r: [x.e2e_s * 1000 for x in r.records if x.ok and x.e2e_s is not None]),
+        ("itl", t("report.fig.itl"), "ms",
          lambda r: [v * 1000 for x in r.records if x.ok for v in per_token_itls(x.chunks)]),
     ):
         fig = go.Figure()
         for r in bench:
             xs, ys = _cdf(get(r))
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_label(r.label), line={"shape": "hv"}))
-        fig.update_layout(title=f"{title}: CDF per run", xaxis_title=f"{title} ({unit})", yaxis_title="share of requests" if key != "itl" else "share of tokens")
+        fig.update_layout(title=t("report.fig.cdf", title=title), xaxis_title=f"{title} ({unit})",
+                          yaxis_title=t("report.fig.share_requests") if key != "itl" else t("report.fig.share_tokens"))
         out[key] = _fig_html(fig, f"cdf-{key}")
     return out
 
@@ -260,18 +273,18 @@ def acceptance_figures(data: ReportData) -> dict[str, str]:
         for s in sim.overall.summaries:
             if sim.overall.best_k.get(s.method) == s.k:
                 pos.add_trace(go.Scatter(x=list(range(len(s.per_position_rate))), y=s.per_position_rate, mode="lines+markers",
-                                         name=_label(f"{label}: {s.method} k={s.k} (simulated)")))
+                                         name=_label(t("report.fig.simulated", label=label, method=s.method, k=s.k))))
     for row in data.runs:
         if row.per_position:
-            how = "measured, /metrics diff" if row.acceptance_origin == "counters" else "measured"
+            how = t("report.fig.measured_counters") if row.acceptance_origin == "counters" else t("report.fig.measured")
             pos.add_trace(go.Scatter(x=list(range(len(row.per_position))), y=row.per_position, mode="lines+markers",
                                      name=_label(f"{row.label} ({how})"), line={"dash": "dot"}))
     if pos.data:
-        pos.update_layout(title="Acceptance per draft position", xaxis_title="draft position", yaxis_title="acceptance rate",
+        pos.update_layout(title=t("report.fig.acc_position"), xaxis_title=t("report.fig.draft_position"), yaxis_title=t("report.fig.acc_rate"),
                           yaxis_range=[0, 1.02])
         out["position"] = _fig_html(pos, "acc-position")
     for i, (label, sim) in enumerate(data.simulations.items()):
-        rows = [("overall", sim.overall), *sim.segments.items()]
+        rows = [(t("report.v.overall"), sim.overall), *sim.segments.items()]
         ylabels, z = [], []
         for seg, sr in rows:
             for m in sim.methods:
@@ -279,9 +292,9 @@ def acceptance_figures(data: ReportData) -> dict[str, str]:
                 by_k = {s.k: s.acceptance_rate for s in sr.summaries if s.method == m}
                 z.append([by_k.get(k) for k in sim.ks])
         hm = go.Figure(go.Heatmap(z=z, x=[str(k) for k in sim.ks], y=ylabels, colorscale="Viridis", zmin=0, zmax=1,
-                                  colorbar={"title": "acc rate"},
+                                  colorbar={"title": t("report.c.acc_rate")},
                                   text=[[("" if v is None else f"{v:.2f}") for v in row] for row in z], texttemplate="%{text}"))
-        hm.update_layout(title=_label(f"Simulated acceptance rate by segment, method and k ({label})"), xaxis_title="k (proposal length)")
+        hm.update_layout(title=_label(t("report.fig.heatmap", label=label)), xaxis_title=t("report.fig.k_axis"))
         hm.update_layout(margin={"l": 200})
         out[f"heatmap-{i}"] = _fig_html(hm, f"acc-heatmap-{i}", height=max(320, 34 * len(ylabels) + 120))
     return out
@@ -294,12 +307,12 @@ def throughput_figure(data: ReportData) -> str | None:
     if not rows:
         return None
     fig = go.Figure()
-    for spec, name in ((True, "with speculation"), (False, "without speculation"), (None, "speculation unknown")):
+    for spec, name in ((True, t("report.fig.with_spec")), (False, t("report.fig.without_spec")), (None, t("report.fig.spec_unknown"))):
         sel = sorted((r for r in rows if r.speculative is spec), key=lambda r: r.max_concurrency or 0)
         if sel:
             fig.add_trace(go.Scatter(x=[r.max_concurrency for r in sel], y=[r.output_throughput for r in sel], mode="lines+markers",
                                      name=name, text=[_label(r.label) for r in sel], hovertemplate="%{text}<br>%{x}: %{y:.1f} tok/s"))
-    fig.update_layout(title="Output throughput vs concurrency", xaxis_title="max concurrency", yaxis_title="output tokens/s",
+    fig.update_layout(title=t("report.fig.throughput"), xaxis_title=t("report.fig.max_conc"), yaxis_title=t("report.fig.out_tps"),
                       xaxis_type="log")
     return _fig_html(fig, "throughput")
 
@@ -326,11 +339,11 @@ def speedup_figure(data: ReportData) -> str | None:
                         key=lambda p: p.batch)
             if ps:
                 fig.add_trace(go.Scatter(x=[p.batch for p in ps], y=[p.predicted_speedup for p in ps], mode="lines+markers",
-                                         name=_label(f"predicted: {m} k={k} ({label})")))
+                                         name=_label(t("report.fig.predicted", method=m, k=k, label=label))))
     meas = measured_speedups(data)
     if meas:
         fig.add_trace(go.Scatter(x=[m["concurrency"] for m in meas], y=[m["speedup"] for m in meas], mode="markers",
-                                 marker={"size": 12, "symbol": "diamond"}, name="measured: bench runs with / without"))
+                                 marker={"size": 12, "symbol": "diamond"}, name=t("report.fig.measured_bench")))
     for c in data.comparisons:
         o = c.overall
         if o is not None and o.speedup.estimate is not None and o.speedup.low is not None and o.speedup.high is not None:
@@ -339,11 +352,11 @@ def speedup_figure(data: ReportData) -> str | None:
                 x=[x], y=[o.speedup.estimate], mode="markers", marker={"size": 12, "symbol": "square"},
                 error_y={"type": "data", "symmetric": False, "array": [o.speedup.high - o.speedup.estimate],
                          "arrayminus": [o.speedup.estimate - o.speedup.low]},
-                name=_label(f"measured (compare, 95 % CI): {c.candidate.label} vs {c.baseline.label}")))
+                name=_label(t("report.fig.measured_compare", cand=c.candidate.label, base=c.baseline.label))))
     if not fig.data:
         return None
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
-    fig.update_layout(title="Predicted vs measured speedup", xaxis_title="batch size / concurrency", yaxis_title="speedup (×)",
+    fig.update_layout(title=t("report.fig.speedup"), xaxis_title=t("report.fig.batch"), yaxis_title=t("report.fig.speedup_axis"),
                       xaxis_type="log")
     return _fig_html(fig, "speedup")
 
@@ -357,6 +370,24 @@ def _fmt(v: Any, spec: str = "{:.1f}") -> str:
     return spec.format(v)
 
 
+def _t_markup(key: str, **params: Any) -> Any:
+    """The catalogue text as trusted markup, its parameters escaped (a run label cannot inject HTML)."""
+    return Markup(t(key)).format(**params) if params else Markup(t(key))
+
+
+def memory_value(key: str, v: float | None, signed: bool = False) -> str:
+    """One memory figure for display, alike in every language: MiB or GiB, a share in %."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    sign = "+" if signed else ""
+    if key == "kv_peak_usage":
+        return f"{100 * v:{sign}.1f} %"
+    mib = v if key.endswith("_mib") else v / 2**20
+    if abs(mib) >= 1024:
+        return f"{mib / 1024:{sign},.2f} GiB"
+    return f"{mib:{sign},.1f} MiB"
+
+
 def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
     import jinja2
     import plotly.offline
@@ -364,10 +395,12 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["f"] = _fmt
+    env.globals.update(t=_t_markup, tr=translate, mem=memory_value,
+                       data=lambda v: Markup('<span class="data">{}</span>').format(v))
     figs = {
         "latency": {k: jinja2.utils.markupsafe.Markup(v) for k, v in latency_figures(runs).items()},
         "acceptance": {k: jinja2.utils.markupsafe.Markup(v) for k, v in acceptance_figures(data).items()},
-        "throughput": jinja2.utils.markupsafe.Markup(t) if (t := throughput_figure(data)) else None,
+        "throughput": jinja2.utils.markupsafe.Markup(tf) if (tf := throughput_figure(data)) else None,
         "speedup": jinja2.utils.markupsafe.Markup(s) if (s := speedup_figure(data)) else None,
     }
     # "</" inside the inline library would end the script element early; plotly.min.js has none,
@@ -384,7 +417,9 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
 def csv_rows(data: ReportData) -> list[dict[str, Any]]:
     rows = []
     for r in data.runs:
-        row = r.model_dump(exclude={"per_position"})
+        row = r.model_dump(exclude={"per_position", "memory"})
+        for m in r.memory:
+            row[f"memory_{m.key}"] = m.value
         for i, v in enumerate(r.per_position):
             row[f"pos{i}_acceptance"] = v
         rows.append(row)
@@ -397,8 +432,9 @@ class ReportResult(BaseModel):
 
 
 def write_report(cfg: ReportConfig) -> ReportResult:
-    data, runs = build_report(cfg)
-    text = render_html(data, runs)
+    with use_lang(check_lang(cfg.lang)):
+        data, runs = build_report(cfg)
+        text = render_html(data, runs)
     try:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
         cfg.out.write_text(text, encoding="utf-8")
