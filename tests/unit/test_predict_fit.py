@@ -73,7 +73,7 @@ def write_run(root: Path, name: str, reqs: list[PlannedRequest], spec: dict | No
             spec_counts = SpecCounts(drafts=int((r.drafted > 0).sum()), draft_tokens=int(r.drafted.sum()),
                                      accepted_tokens=int(r.accepted.sum()), source="synthetic")
             extra = {"metrics": {"speculative_decoding": {"per_step_drafted": per, "per_step_accepted": r.accepted.tolist()}}}
-        rf.append(RequestRecord(id=r.id, index=i, scheduled_s=0.0, sent_s=float(send[i]), started_at=0.0, ok=True,
+        rf.append(RequestRecord(id=r.id, index=i, scheduled_s=0.0, sent_s=float(send[i]), started_at=1.7e9 + float(send[i]), ok=True,
                                 ttft_s=float(t[0]), e2e_s=float(t[-1]), elapsed_s=float(t[-1]),
                                 chunks=[Chunk(float(x), int(n)) for x, n in zip(t, toks)], prompt_tokens=r.prompt_tokens,
                                 output_tokens=r.output_tokens, spec=spec_counts, extra=extra))

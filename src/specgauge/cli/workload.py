@@ -58,7 +58,7 @@ def simulate(
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
     draft_sampling: Annotated[str, typer.Option("--draft-sampling", help="greedy (vLLM's way: exact replay) or probabilistic (needs target logprobs in the log; lower bound).")] = "greedy",
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
-    cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="JSON cost profile (measured by specgauge bench).")] = None,
+    cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="Your server's fitted step-cost law (cost_profile.json from specgauge calibrate): calibrated predictions with a band. Without it the speedup comes from an uncalibrated guessed cost model.")] = None,
     tokenizer: TokOpt = None,
     format: FormatOpt = None,
     segment_by: SegmentOpt = None,

@@ -145,11 +145,12 @@ def _trace_matches(tr: PlannedRequest, tokens: np.ndarray, rec: RequestRecord) -
     return True
 
 
-def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None) -> tuple[RequestObs | None, str]:
-    """One request's chunk timeline and per-step drafted tokens, or why it cannot be used."""
+def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref: float = 0.0) -> tuple[RequestObs | None, str]:
+    """One request's chunk timeline (s after ``t_ref``, Unix time: a resumed run's sessions line up)
+    and per-step drafted tokens, or why it cannot be used."""
     if not rec.ok or rec.e2e_s is None or len(rec.chunks) < 1:
         return None, "failed or empty"
-    times = rec.sent_s + np.asarray([c.t for c in rec.chunks], dtype=float)
+    times = (rec.started_at - t_ref) + np.asarray([c.t for c in rec.chunks], dtype=float)
     tokens = np.asarray([c.n for c in rec.chunks], dtype=np.int64)
     if rec.prompt_tokens is None:
         return None, "no prompt token count (usage)"
@@ -182,8 +183,9 @@ def _nearest(grid: np.ndarray, t: np.ndarray) -> np.ndarray:
 def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) -> tuple[Rows, list[RequestObs]]:
     rows = Rows(rd.name)
     obs: list[RequestObs] = []
+    t_ref = min((r.started_at for r in rd.records), default=0.0)
     for rec in rd.records:
-        o, why = observe(rd, rec, (traces or {}).get(rec.id))
+        o, why = observe(rd, rec, (traces or {}).get(rec.id), t_ref)
         if o is None:
             rows.skipped[why] = rows.skipped.get(why, 0) + 1
         else:
@@ -193,7 +195,7 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
         return rows, obs
     starts = np.asarray([o.times[0] for o in obs])
     ends = np.asarray([o.times[-1] for o in obs])
-    sents = np.asarray([o.rec.sent_s for o in obs])
+    sents = np.asarray([o.rec.started_at - t_ref for o in obs])
     all_times = np.sort(np.concatenate([o.times for o in obs]))
     cum = [np.concatenate([[0], np.cumsum(o.tokens)]) for o in obs]  # cum[j][m] = tokens emitted before chunk m
     for i, oi in enumerate(obs):

@@ -67,10 +67,14 @@ def resolve_spec(spec: dict[str, Any] | None) -> tuple[str | None, int, Speculat
 class WorkloadReplay:
     """Loads a workload with logged responses once; gives ``PlannedRequest`` lists per config (cached)."""
 
-    def __init__(self, workload: Sequence[Path], tokenizer: Any = None, num_prompts: int | None = None) -> None:
+    def __init__(self, workload: Sequence[Path], tokenizer: Any = None, num_prompts: int | None = None,
+                 load: Any = None, segment: str | None = None) -> None:
+        """``load``: ``LoadOptions`` (format, limit, segment_by); ``segment``: only that segment's requests."""
         from specgauge.workload.loaders import LoadOptions, load_workload
 
-        items = load_workload(list(workload), LoadOptions())
+        items = load_workload(list(workload), load or LoadOptions())
+        if segment is not None:
+            items = [it for it in items if it.request.segment == segment]
         self.notes: list[str] = []
         self._tok = tokenizer
         base: list[LoggedRequest] = []

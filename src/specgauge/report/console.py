@@ -77,6 +77,16 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
     def pred(seg: SegmentResult, method: str, k: int, batch: int) -> float | None:
         return next((p.predicted_speedup for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
 
+    def banded(seg: SegmentResult, method: str, k: int, batch: int) -> str:
+        """The speedup with its band when a calibrated law predicted it (^: extrapolated)."""
+        p = next((p for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
+        if p is None or p.predicted_speedup is None:
+            return "–"
+        text = f"{p.predicted_speedup:.2f}x"
+        if p.low is not None and p.high is not None:
+            text += f" ({p.low:.2f}–{p.high:.2f})"
+        return text + ("^" if p.extrapolated else "")
+
     t = Table(title=f"Offline acceptance replay, all requests ({r.requests_replayed} replayed)", title_justify="left")
     cols = ["method", "k", "acc rate", "MAL", "per-position acceptance", "tok/step", "req acc p10/p50/p90"]
     cols += [f"speedup B={b}" for b in r.batch_sizes]
@@ -89,7 +99,7 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
             s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
             " ".join(_f(x, "{:.2f}") for x in s.per_position_rate), _f(s.tokens_per_step),
             "–" if ra.n == 0 else f"{_pct(ra.p10)}/{_pct(ra.p50)}/{_pct(ra.p90)}",
-            *[_f(pred(r.overall, s.method, s.k, b), "{:.2f}x") for b in r.batch_sizes],
+            *[banded(r.overall, s.method, s.k, b) for b in r.batch_sizes],
             style="bold green" if best else None,
         )
     console.print(t)

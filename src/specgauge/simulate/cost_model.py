@@ -18,9 +18,11 @@ prefill emits either way) and D drafted tokens (measured per step, not an i.i.d.
     spec     = S·V(B, 1 + D/S) + D·c + S·o         with V(B, n) = T(B·n) / T(B)
     speedup  = baseline / spec
 
-The defaults are documented guesses for a dense ~8B target on one modern GPU; measure yours with
-``specgauge bench`` and pass ``--cost-profile FILE`` (JSON of ``CostProfile`` fields, optionally
-per method: ``{"default": {...}, "draft_model": {...}}``).
+UNCALIBRATED FALLBACK. The defaults are documented guesses for a dense ~8B target on one modern GPU.
+A fitted step-cost law of your own server (``specgauge calibrate`` -> ``cost_profile.json``, see
+``specgauge.predict``) replaces this model whenever ``--cost-profile`` names one; a JSON of
+``CostProfile`` fields (optionally per method: ``{"default": {...}, "draft_model": {...}}``) is still
+read here.
 """
 
 from __future__ import annotations
@@ -91,6 +93,12 @@ class SpeedupPrediction(BaseModel):
     tokens_per_step: float | None
     predicted_speedup: float | None
     note: str | None = None
+    #: where the number comes from: this module's guessed cost model, or a fitted step-cost law
+    #: (``specgauge calibrate``) replayed through a simulated closed-loop bench (``specgauge.predict``)
+    source: str = "uncalibrated cost model"
+    low: float | None = None  #: calibrated only: 2.5 % of the band from the law's bootstrap
+    high: float | None = None
+    extrapolated: bool = False
 
 
 def predict_speedup(

@@ -271,7 +271,13 @@ class ReplayTally:
 
     def __init__(self, cfg: SimulateConfig, labels: list[str], tok: Tokenizer) -> None:
         self.cfg, self.labels, self.tok = cfg, labels, tok
-        self.profiles = CostProfiles.load(cfg.cost_profile)
+        self.fitted = None  # a fitted step-cost law (specgauge calibrate) replaces the guessed cost model
+        if cfg.cost_profile is not None:
+            from specgauge.predict.profile import StepCostProfile
+
+            if StepCostProfile.is_profile_file(cfg.cost_profile):
+                self.fitted = StepCostProfile.load(cfg.cost_profile)
+        self.profiles = CostProfiles() if self.fitted is not None else CostProfiles.load(cfg.cost_profile)
         self.report = LoadReport()
         self.accs: dict[tuple[str, str, int], AcceptanceAccumulator] = {}
         self.paccs: dict[tuple[str, str, int], ProbabilisticAccumulator] = {}
@@ -335,13 +341,36 @@ class ReplayTally:
             notes.append("no request had a logged response with output: nothing to replay")
         accs, labels, profiles = self.accs, self.labels, self.profiles
         segments = sorted({seg for seg, _, _ in accs if seg})
+        fitted = self._fitted_predictions(segments) if self.fitted is not None else None
+        if fitted is not None:
+            notes.append("predicted speedup: the calibrated step-cost law of cost profile "
+                         f"{Path(cfg.cost_profile).name if cfg.cost_profile else ''} (server "
+                         f"{self.fitted.provenance.get('model') or '?'}, {self.fitted.shape} verification), each batch size "
+                         "simulated as a closed-loop bench of these requests; band from the law's bootstrap")
+        else:
+            notes.append("predicted speedup: UNCALIBRATED cost model (guessed costs); fit your server's law with "
+                         "`specgauge calibrate` and pass its cost_profile.json as --cost-profile")
         return SimulateResult(
             tokenizer=tok.name, exact=self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
-            overall=_segment("", accs, labels, cfg, profiles),
-            segments={s: _segment(s, accs, labels, cfg, profiles) for s in segments},
+            overall=_segment("", accs, labels, cfg, profiles, fitted),
+            segments={s: _segment(s, accs, labels, cfg, profiles, fitted) for s in segments},
             requests_replayed=self.n, skipped=dict(skipped), notes=notes,
             probabilistic=_probabilistic(self.paccs),
         )
+
+
+    def _fitted_predictions(self, segments: list[str]) -> dict[str, dict[tuple[str, int, int], SpeedupPrediction]]:
+        from specgauge.predict.bridge import predict_grid
+
+        specs = [s for s in method_specs(self.cfg) if s.options.get("sampling") != "probabilistic"]
+        assert self.fitted is not None
+        grid = predict_grid(self.fitted, self.cfg.workload, [(s.label, s.kind, s.drafter_options) for s in specs],
+                            self.cfg.ks, self.cfg.batch_sizes, load=self.cfg.load, segments=segments, tokenizer=self.tok)
+        return {seg: {key: SpeedupPrediction(method=key[0], k=key[1], batch=key[2], tokens_per_step=None,
+                                             predicted_speedup=p.speedup, low=p.speedup_low, high=p.speedup_high,
+                                             extrapolated=p.extrapolated, note="; ".join(p.notes) or None,
+                                             source="calibrated step-cost law")
+                      for key, p in cells.items()} for seg, cells in grid.items()}
 
 
 def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], None] | None = None) -> SimulateResult:
@@ -399,7 +428,7 @@ def _probabilistic(paccs: dict[tuple[str, str, int], ProbabilisticAccumulator]) 
 
 def _segment(
     seg: str, accs: dict[tuple[str, str, int], AcceptanceAccumulator], labels: list[str], cfg: SimulateConfig,
-    profiles: CostProfiles,
+    profiles: CostProfiles, fitted: dict[str, dict[tuple[str, int, int], SpeedupPrediction]] | None = None,
 ) -> SegmentResult:
     sums, preds, best = [], [], {}
     for label in labels:
@@ -410,6 +439,8 @@ def _segment(
             sums.append(s)
             for b in cfg.batch_sizes:
                 p = predict_speedup(label, k, s.decode_tokens, s.steps, s.draft_tokens, b, profiles.for_method(label))
+                if fitted is not None and (label, k, b) in fitted.get(seg, {}):
+                    p = fitted[seg][(label, k, b)].model_copy(update={"tokens_per_step": s.tokens_per_step})
                 preds.append(p)
                 if b == cfg.batch_sizes[0] and p.predicted_speedup is not None and p.predicted_speedup > best_val:
                     best_val, best_k = p.predicted_speedup, k
