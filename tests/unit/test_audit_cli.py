@@ -211,6 +211,14 @@ def test_cli_exit_code_and_table(tmp_path: Path) -> None:
     assert "sk-secret-1" not in (tmp_path / "o" / "samples.jsonl").read_text()
 
 
+def test_credentials_in_urls_never_reach_the_evidence(tmp_path: Path) -> None:
+    with Scripted() as cand, Scripted(seed=1) as ref:
+        url = cand.url.replace("http://", "http://user:pw-secret-2@")
+        run_audit(_cfg(tmp_path, cand, ref, base_url=url, samples=20, greedy_rounds=0))
+    text = (tmp_path / "out" / "audit.json").read_text()
+    assert "pw-secret-2" not in text and cand.url in text
+
+
 def test_prompts_from_a_workload() -> None:
     ps = workload_prompts([sample_path()], 3)
     assert len(ps) == 3 and all(p.messages and p.endpoint == "/v1/chat/completions" for p in ps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from pydantic import BaseModel
@@ -50,7 +51,7 @@ class SideClient:
         self.info: ServerInfo | None = None
 
     def _where(self, path: str) -> str:
-        return f"{self.side} server {self.base_url}{path}"
+        return f"{self.side} server {public_url(self.base_url)}{path}"
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         try:
@@ -127,6 +128,15 @@ class SideClient:
                 raise AuditError(f"{self._where(prompt.endpoint)}: a completion came back without its tokens")
             out.append(Completion(tokens=toks, finish_reason=c.get("finish_reason")))
         return out
+
+
+def public_url(url: str) -> str:
+    """The URL without user:password (results never carry credentials)."""
+    p = urlsplit(url)
+    if p.username is None and p.password is None:
+        return url
+    host = (p.hostname or "") + (f":{p.port}" if p.port else "")
+    return urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
 
 
 def _tokens(choice: dict[str, Any], source: TokenSource, prompt: AuditPrompt) -> list[int | str] | None:

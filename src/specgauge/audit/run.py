@@ -31,7 +31,7 @@ from specgauge.audit.analysis import (
     greedy_check,
     judge,
 )
-from specgauge.audit.client import AuditError, ServerInfo, SideClient
+from specgauge.audit.client import AuditError, ServerInfo, SideClient, public_url
 from specgauge.audit.prompts import (
     AuditPrompt,
     builtin_prompts,
@@ -138,7 +138,8 @@ def run_audit(cfg: AuditConfig, progress: Progress | None = None) -> AuditResult
     verdict, reasons = judge(tests, greedy, cfg.stats)
     result = AuditResult(
         verdict=verdict, exit_code=EXIT_CODES[verdict], reasons=reasons, method=METHOD, settings=_settings(cfg),
-        servers=infos, prompts=[p.id for p in prompts],
+        servers={k: v.model_copy(update={"base_url": public_url(v.base_url)}) for k, v in infos.items()},
+        prompts=[p.id for p in prompts],
         samples={side: [store.count(side, i) for i in range(len(prompts))] for side in SIDES},
         tests=tests, greedy=greedy, skipped_lines=store.skipped_lines,
     )
@@ -277,6 +278,9 @@ def _portable(value: Any) -> Any:
 
 def _settings(cfg: AuditConfig) -> dict[str, Any]:
     d = cfg.model_dump(mode="json", exclude={"api_key", "output_dir", "resume", "server_cmd"})
+    for k in ("base_url", "reference_url"):
+        if d.get(k):
+            d[k] = public_url(d[k])
     if cfg.speculative_config is not None or cfg.embedded:
         d["speculative_config"] = json.loads(cfg.speculative_config or DEFAULT_SPECULATIVE_CONFIG)
     if cfg.server_cmd is not None:
