@@ -24,6 +24,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from specgauge import __version__
+from specgauge.config import SpeculativeConfig
 from specgauge.errors import UserError
 from specgauge.loadgen import arrivals as A
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
@@ -35,7 +36,8 @@ from specgauge.paths import portable_path
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
 from specgauge.report.bench_console import format_summary  # noqa: F401  (the CLI and tests import it from here)
 from specgauge.stats.latency import parse_goodput
-from specgauge.stats.summary import summarize
+from specgauge.stats.replay_check import check_bench_run
+from specgauge.stats.summary import counter_total, summarize
 from specgauge.workload.schema import Request
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -86,6 +88,9 @@ class BenchConfig(BaseModel):
     #: the Ray cluster: None / "auto" (RAY_ADDRESS, the latest cluster here, else a new local one) or an address
     ray_address: str | None = None
     ray_worker_cpus: float = Field(default=0.25, gt=0)  #: CPUs reserved per load-generator actor
+    #: the speculative config the server runs with, when it does not say (vLLM): the replay check
+    #: (``stats.replay_check``) replays the run's outputs through the same drafter
+    speculative_config: SpeculativeConfig | None = None
 
     @field_validator("dialect")
     @classmethod
@@ -127,6 +132,9 @@ class BenchConfig(BaseModel):
         d["output_dir"] = Path(self.output_dir).resolve().name
         if self.server_log is not None:
             d["server_log"] = portable_path(self.server_log, self.output_dir)
+        model = (d.get("speculative_config") or {}).get("model")
+        if model and Path(model).exists():  # a draft model directory: no machine path in the results
+            d["speculative_config"]["model"] = portable_path(Path(model), self.output_dir)
         return d
 
 
@@ -443,5 +451,7 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
         _write_json(run_path, run.model_dump(mode="json"))
     records = results.existing()
     summary = summarize(records, sessions, run, cfg.public(), percentiles, selected, goodput)
+    summary["specgauge"]["replay_check"] = check_bench_run(  # does the server accept what its outputs allow?
+        records, cfg.speculative_config, run.server, counter_total(sessions)[0]).model_dump(mode="json")
     _write_json(out / "summary.json", summary)
     return BenchResult(summary, out)

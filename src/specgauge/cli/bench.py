@@ -44,11 +44,14 @@ def bench(
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray-workers; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
     server_log: Annotated[Path | None, typer.Option("--server-log", help="The server's log file (vLLM): model-weight and KV-cache memory are read from its start-up lines.")] = None,
     memory_tool_timeout: Annotated[float, typer.Option("--memory-tool-timeout", min=0.1, help="Seconds nvidia-smi / amd-smi / rocm-smi may take before being stopped (then no device memory).")] = 5.0,
+    speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="The JSON the server runs with (vLLM's --speculative-config), when the server does not say: the run's outputs are replayed through the same drafter and its acceptance set beside the server's.")] = None,
     lang: LangOpt = None,
 ) -> None:
     """Live benchmark: throughput, TTFT/TPOT/ITL/E2E percentiles, failures, acceptance from the server's counters."""
     from specgauge.bench import BenchConfig, format_summary, run_bench
-    from specgauge.config import ConfigError
+    from specgauge.config import ConfigError, SpeculativeConfig
+
+    spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None
     from specgauge.i18n import check_lang
 
     lang = check_lang(lang)
@@ -70,7 +73,7 @@ def bench(
             self_timed=trace, trace_speed=trace_speed, goodput=goodput, percentile_metrics=percentile_metrics,
             metric_percentiles=metric_percentiles, warmup=num_warmups, timeout=timeout, resume=resume, dialect=dialect,
             api_key=api_key, segment_by=segment_by, ray_workers=ray_workers, ray_address=ray_address,
-            server_log=server_log, memory_tool_timeout=memory_tool_timeout,
+            server_log=server_log, memory_tool_timeout=memory_tool_timeout, speculative_config=spec,
         )
         result = run_bench(cfg, console=err_console)
         console.print(format_summary(result.summary, lang), highlight=False, markup=False)

@@ -45,8 +45,20 @@ def build_app(
     settings = ServerSettings(
         model_name=served_model_name or default_served_name(model_dir), api_key=api_key, max_request_bytes=max_request_bytes,
         per_request_spec_metrics=per_request_spec_decode_metrics,
+        speculative_config=_stated(speculative_config),
     )
     return create_app(engine, tokenizer, settings)
+
+
+def _stated(spec: SpeculativeConfig | None) -> dict[str, Any] | None:
+    """The config as /v1/models states it: what it was given, a draft model by its directory's name
+    (no machine path; bench's replay check needs a local copy of it anyway)."""
+    if spec is None or spec.method is None:
+        return None
+    d = spec.model_dump(exclude_none=True)
+    if spec.model:
+        d["model"] = Path(spec.model).name
+    return d
 
 
 def serve(

@@ -37,6 +37,8 @@ class ServerSettings:
     api_key: str | None = None
     max_request_bytes: int = 1 << 20
     per_request_spec_metrics: str | None = None  # None | "summary" | "detailed"
+    #: the speculative config served with (vLLM's JSON keys), stated on /v1/models for bench's replay check
+    speculative_config: dict[str, Any] | None = None
 
 
 @dataclass
@@ -109,6 +111,8 @@ def create_app(engine: Engine, tokenizer: Any, settings: ServerSettings) -> Fast
     async def models() -> dict[str, Any]:
         card = {"id": settings.model_name, "object": "model", "created": int(time.time()), "owned_by": "specgauge",
                 "root": settings.model_name, "max_model_len": engine.max_model_len}
+        if settings.speculative_config:
+            card["speculative_config"] = settings.speculative_config
         return {"object": "list", "data": [card]}
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:

@@ -78,6 +78,8 @@ class _Stream:
     final_usage: bool = False  #: usage seen on a choice-less or finishing event (not just per-chunk)
     retried: bool = False  #: the first POST met a stale keep-alive connection
     done: bool = False
+    token_ids: list[int] = field(default_factory=list)  #: output token ids, where the server streams them
+    prompt_ids: list[int] | None = None  #: prompt token ids, where the server returns them
 
 
 StreamState = _Stream  #: public name: the canary proxy fills one per proxied response
@@ -102,6 +104,11 @@ def _output_of(choices: list[Any], st: _Stream) -> bool:
             if piece:
                 st.text.append(piece)
                 has = True
+        ids = c.get("token_ids")  # vLLM / embedded with return_token_ids
+        if ids:
+            st.token_ids.extend(ids)
+        if st.prompt_ids is None and c.get("prompt_token_ids") is not None:  # completions: in the choice
+            st.prompt_ids = c["prompt_token_ids"]
         fr = c.get("finish_reason")
         if fr:
             st.finish_reason = fr
@@ -180,6 +187,8 @@ def apply_events(events: list[SSEEvent], t: float, st: _Stream, status: int,
         if type(obj) is not dict:
             raise RequestFailed(FailureKind.invalid_json, f"SSE data is not a JSON object: {payload[:80]!r}", status)
         choices = obj.get("choices")
+        if st.prompt_ids is None and "prompt_token_ids" in obj:  # chat: top level, first chunk
+            st.prompt_ids = obj["prompt_token_ids"]
         if "error" in obj and not choices:
             raise RequestFailed(FailureKind.error_payload, _error_message(obj), status)
         has_out = _output_of(choices, st) if choices else False
@@ -240,6 +249,10 @@ def stream_record(st: _Stream, dialect: Dialect, *, failure: FailureKind | None,
         extra = dialect.request_extra(st.final)
     if st.retried:
         extra["retried_stale_connection"] = True
+    if st.token_ids:  # what the replay check and the output comparison read (equivalence.token_ids)
+        extra["output_token_ids"] = st.token_ids
+        if isinstance(st.prompt_ids, list):
+            extra["prompt_token_ids"] = st.prompt_ids
     return RequestRecord.model_construct(  # every value is built here, typed; validating 1000s of chunks costs more than the rest
         **ids,
         ok=failure is None,

@@ -90,11 +90,31 @@ def _format(s: dict[str, Any]) -> str:
         ag = acc.get("agreement", {})
         if ag.get("compared"):
             row(t("bench.agree"), t("bench.yes") if ag["equal"] else t("bench.no"))
+    lines.extend(_replay_check(g.get("replay_check") or {}, "spec_decode_acceptance_rate" in s))
     _memory(g.get("memory") or {}, lines, row)
     for w in g.get("warnings", []):
         lines.append(t("bench.warning", text=translate(w)))
     lines.append("=" * WIDTH)
     return "\n".join(lines)
+
+
+def _replay_check(rc: dict[str, Any], speculative: bool) -> list[str]:
+    """One or two lines on ``stats.replay_check``: does the server accept what its outputs allow?"""
+    def pct(x: Any) -> str:
+        return f"{100 * x:.1f} %" if isinstance(x, (int, float)) else "n/a"
+
+    if not rc.get("available"):
+        return [translate(f"Replay check: not run ({rc['reason']})")] if speculative and rc.get("reason") else []
+    head = f"Replay check ({rc.get('method')}, k={rc.get('k')}):"
+    if rc.get("gap"):
+        out = [translate(f"{head} GAP: {rc.get('gap_summary')}")]
+    else:
+        out = [translate(f"{head} {rc.get('matching', 0)} of {rc.get('requests', 0)} requests equal the replay of their "
+                         f"own outputs (server {pct(rc.get('server_acceptance_rate'))}, replay "
+                         f"{pct(rc.get('replay_acceptance_rate'))})")]
+    if rc.get("uncertain"):
+        out.append(translate(f"  {rc['uncertain']} request(s) the replay cannot vouch for (suffix cache: see notes)"))
+    return out
 
 
 def _memory(mem: dict[str, Any], lines: list[str], row: Any) -> None:
@@ -120,7 +140,7 @@ def _memory(mem: dict[str, Any], lines: list[str], row: Any) -> None:
     if kv.get("peak_usage") is not None:
         row(t("bench.mem.kv_usage"), 100 * kv["peak_usage"], ".2f")
     if kv.get("capacity_bytes") is not None:
-        row(t("bench.mem.kv_capacity"), kv["capacity_bytes"] / 2**30, ".2f")
+        row(t("bench.mem.kv_capacity"), kv["capacity_bytes"] / MIB, ",.1f")
     if kv.get("capacity_tokens") is not None:
         row(t("bench.mem.kv_tokens"), f"{int(kv['capacity_tokens']):,}")
     if kv.get("peak_bytes") is not None:

@@ -26,6 +26,7 @@ from specgauge.stats.compare import AcceptanceStats, CompareConfig, compare_simu
 from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.memory import compare_memory
+from specgauge.stats.diagnosis import diagnose
 from specgauge.stats.verdict import ComparisonResult, RunInfo, VerdictCriteria, decide, decide_simulations
 from specgauge.workload.profile import WorkloadProfile
 
@@ -224,4 +225,10 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
                  candidate_counters=c.counters()[0])
     res.notes = b.notes + c.notes + res.notes
     res.memory = compare_memory(b.summary, c.summary)
+    res.diagnosis = diagnose(res.overall.equivalence if res.overall else None, c.summary, c.max_concurrency,
+                             req.criteria.alpha)
+    if res.diagnosis.failed:  # the verdict names the failed part
+        res.verdict.overall.reasons.append(f"cause: {res.diagnosis.cause}")
+    else:
+        res.notes.append(f"diagnosis: {res.diagnosis.cause}")
     return res

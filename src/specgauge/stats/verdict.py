@@ -42,6 +42,7 @@ from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.compare import (
     LATENCY_METRICS, LATENCY_STATS, CompareConfig, GroupComparison, SimulationDelta, compare_records, segments_of,
 )
+from specgauge.stats.diagnosis import Diagnosis
 from specgauge.stats.equivalence import EquivalenceResult, Scorer, check_equivalence
 from specgauge.stats.memory import MemoryRow
 
@@ -120,6 +121,8 @@ class ComparisonResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     #: device / KV / weight memory of both runs where measured (``stats.memory``); never part of the verdict
     memory: list[MemoryRow] = Field(default_factory=list)
+    #: which part failed: the target (outputs changed) or the drafter (acceptance below its outputs') — ``stats.diagnosis``
+    diagnosis: Diagnosis | None = None
 
 
 # ---------------------------------------------------------------------------- parsing

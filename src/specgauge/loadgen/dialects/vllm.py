@@ -50,7 +50,8 @@ class VLLMDialect(Dialect):
     metric_prefix = "vllm"
 
     def body_extras(self) -> dict[str, Any]:
-        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        # token ids (vLLM >= 0.10.2): the output comparison and the replay check read them
+        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}, "return_token_ids": True}
 
     def request_spec(self, final: dict[str, Any]) -> SpecCounts | None:
         m = final.get("metrics")

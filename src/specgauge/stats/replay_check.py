@@ -1,0 +1,344 @@
+"""Replay-vs-live check of one bench run: does the server accept what its own outputs allow?
+
+The replay theorem (``shared/design.md``) says a deterministic drafter's draft token is accepted
+exactly when the target emits it. So replaying the run's own recorded outputs (token ids) through the
+same drafter gives, request by request, the drafts and accepted tokens a correct server reports. A
+server whose acceptance falls below that has a broken drafter or verifier (the *drafter* side of a
+failure); outputs that differ from a no-speculation baseline are the *target* side (``compare``).
+
+Boundary: bench records and a speculative config in, data out (``ReplayCheck``). Replays with
+``specgauge.drafters``; no I/O, no printing. Rules, per request:
+
+* the server's final step may accept draft tokens past the returned output (past ``max_tokens``,
+  after the EOS) and counts them: there the replay is a lower bound, by at most the draft tokens its
+  final step proposed past the output's end (``final_bound``); every other step must be identical
+  (with vLLM's ``per_step_*`` lists) or the totals equal within that bound (without them);
+* ``suffix``: one cache shared by all requests, fed in send order; exact only while requests did not
+  overlap in time (overlapping ones interleave their tokens in the cache step by step), and only up
+  to the first step that may depend on a token no log holds (``SuffixTrace``): such requests are
+  ``uncertain``, never a gap;
+* a gap is a request the replay proves the server got wrong: different draft counts, fewer accepted
+  tokens than its output allows, or more than the bound permits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from specgauge.config import SpeculativeConfig
+from specgauge.drafters.base import ReplayTrace, make_drafter, replay_by_stepping
+from specgauge.records import RequestRecord
+
+Status = Literal["match", "gap", "uncertain", "no_server_counts"]
+#: methods whose proposal is a deterministic function of the token history
+REPLAYABLE = ("ngram", "suffix", "draft_model")
+MAX_ROWS_KEPT = 2000
+
+
+class Counts(BaseModel):
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    def add(self, o: Counts) -> None:
+        self.drafts += o.drafts
+        self.draft_tokens += o.draft_tokens
+        self.accepted_tokens += o.accepted_tokens
+
+
+class RequestCheck(BaseModel):
+    id: str
+    status: Status
+    server: Counts | None = None
+    replay: Counts
+    #: draft tokens the server may have accepted past the output's end (its count may exceed the
+    #: replay's by up to this, at the final step)
+    final_bound: int = 0
+    detail: str | None = None
+
+
+class ReplayCheck(BaseModel):
+    """``summary.json``'s ``specgauge.replay_check``."""
+
+    available: bool
+    reason: str | None = None  #: why the check did not run (or what limits it)
+    method: str | None = None
+    k: int | None = None
+    config_source: str | None = None
+    requests: int = 0  #: requests replayed (ok, with token ids)
+    matching: int = 0
+    gaps: int = 0
+    uncertain: int = 0
+    no_server_counts: int = 0
+    replay: Counts = Field(default_factory=Counts)  #: over the requests compared with the server
+    server: Counts = Field(default_factory=Counts)
+    replay_acceptance_rate: float | None = None
+    server_acceptance_rate: float | None = None
+    #: the server's acceptance falls below what its outputs allow (or its drafts differ)
+    gap: bool = False
+    gap_summary: str | None = None
+    gap_ids: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    rows: list[RequestCheck] = Field(default_factory=list)  #: per request (the first MAX_ROWS_KEPT)
+    #: replay totals of the requests the server gave no counts for, and their final-step bounds
+    unpaired: Counts = Field(default_factory=Counts)
+    unpaired_bound: int = 0
+
+
+def unavailable(reason: str, **kw: Any) -> ReplayCheck:
+    return ReplayCheck(available=False, reason=reason, **kw)
+
+
+def speculative_config_of_server(server: dict[str, Any]) -> dict[str, Any] | None:
+    """The speculative config a server states about itself (the embedded server's ``/v1/models``
+    card); vLLM states none over HTTP, so the user passes ``bench --speculative-config``."""
+    models = server.get("/v1/models")
+    data = models.get("data") if isinstance(models, dict) else None
+    for card in data if isinstance(data, list) else []:
+        if isinstance(card, dict) and isinstance(card.get("speculative_config"), dict):
+            return card["speculative_config"]
+    return None
+
+
+def max_model_len_of_server(server: dict[str, Any]) -> int | None:
+    models = server.get("/v1/models")
+    data = models.get("data") if isinstance(models, dict) else None
+    for card in data if isinstance(data, list) else []:
+        v = card.get("max_model_len") if isinstance(card, dict) else None
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def _ids(rec: RequestRecord) -> tuple[list[int], list[int]] | None:
+    e = rec.extra or {}
+    p, o = e.get("prompt_token_ids"), e.get("output_token_ids")
+    if isinstance(p, list) and isinstance(o, list) and o:
+        return [int(t) for t in p], [int(t) for t in o]
+    return None
+
+
+def _per_step(rec: RequestRecord) -> list[tuple[int, int]] | None:
+    sd = ((rec.extra or {}).get("metrics") or {}).get("speculative_decoding")
+    if not isinstance(sd, dict):
+        return None
+    d, a = sd.get("per_step_drafted"), sd.get("per_step_accepted")
+    if isinstance(d, list) and isinstance(a, list) and len(d) == len(a):
+        return [(int(x), int(y)) for x, y in zip(d, a)]
+    return None
+
+
+def _steps(t: ReplayTrace) -> list[tuple[int, int]]:
+    return [(int(d), int(a)) for d, a in zip(t.drafted, t.accepted) if d > 0]
+
+
+def final_bound(t: ReplayTrace, n_out: int) -> int:
+    """Draft tokens of the final step past the output's end: how many more the server may count."""
+    if not t.drafted.size or t.drafted[-1] == 0:
+        return 0
+    a = int(t.accepted[-1])
+    pos = 1 + int(t.accepted[:-1].sum()) + t.drafted.size - 1
+    return int(t.drafted[-1]) - a if a >= n_out - pos else 0
+
+
+def judge_request(rid: str, t: ReplayTrace, n_out: int, server: Counts | None,
+                  steps: list[tuple[int, int]] | None, uncertain_from: int | None = None) -> RequestCheck:
+    """One request: the replay's trace against the server's counts (and per-step lists, if any).
+    ``uncertain_from``: index among drafted steps from which the replay cannot vouch (suffix)."""
+    ours = _steps(t)
+    replay = Counts(drafts=len(ours), draft_tokens=sum(d for d, _ in ours), accepted_tokens=sum(a for _, a in ours))
+    bound = final_bound(t, n_out)
+    row = RequestCheck(id=rid, status="match", server=server, replay=replay, final_bound=bound)
+    if server is None:
+        row.status = "no_server_counts"
+        return row
+    if steps is not None:
+        upto = len(ours) if uncertain_from is None else uncertain_from
+        same = len(ours) == len(steps) and ours[:-1] == steps[:-1] and (
+            not ours or (ours[-1][0] == steps[-1][0] and ours[-1][1] <= steps[-1][1] <= ours[-1][1] + bound))
+        if uncertain_from is not None and ours[:upto] == steps[:upto]:
+            row.status = "uncertain"
+        elif not same:
+            j = next((i for i, (x, y) in enumerate(zip(ours, steps)) if x != y), min(len(ours), len(steps)))
+            row.status = "uncertain" if uncertain_from is not None and j >= uncertain_from else "gap"
+            row.detail = (f"step {j}: server drafted/accepted {steps[j] if j < len(steps) else 'nothing'}, "
+                          f"replay {ours[j] if j < len(ours) else 'nothing'}")
+        return row
+    short = server.accepted_tokens - replay.accepted_tokens
+    same = server.drafts == replay.drafts and server.draft_tokens == replay.draft_tokens and 0 <= short <= bound
+    if not same:
+        row.status = "uncertain" if uncertain_from is not None else "gap"
+        row.detail = (f"server {server.drafts} drafts / {server.draft_tokens} draft tokens / {server.accepted_tokens} "
+                      f"accepted; replay {replay.drafts} / {replay.draft_tokens} / {replay.accepted_tokens} "
+                      f"(+ at most {bound} past the output's end)")
+    elif uncertain_from is not None:
+        row.status = "uncertain"
+    return row
+
+
+def _overlapping(records: Sequence[RequestRecord]) -> bool:
+    spans = sorted((r.sent_s, r.sent_s + r.elapsed_s) for r in records)
+    return any(b0 < a1 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+
+
+class _Replayer:
+    """One drafter for the run (the suffix cache is shared across requests, fed in send order)."""
+
+    def __init__(self, spec: SpeculativeConfig, max_model_len: int | None) -> None:
+        self.method, self.k = str(spec.method), int(spec.num_speculative_tokens or 0)
+        opts: dict[str, Any] = {"num_speculative_tokens": self.k}
+        if self.method == "ngram":
+            opts.update(prompt_lookup_min=spec.prompt_lookup_min, prompt_lookup_max=spec.prompt_lookup_max,
+                        max_model_len=max_model_len)
+        elif self.method == "suffix":
+            opts.update({n: getattr(spec, n) for n in type(spec).model_fields if n.startswith("suffix_decoding_")},
+                        max_model_len=max_model_len, track_unknown_tails=True)
+        else:
+            opts["model"] = spec.model
+        self.drafter = make_drafter(self.method, **opts)
+
+    def trace(self, rid: str, prompt: list[int], out: list[int], steps: list[tuple[int, int]] | None) -> ReplayTrace:
+        d = self.drafter
+        if self.method == "draft_model":
+            import numpy as np
+
+            from specgauge.simulate.run import trace_from_matches
+
+            pred = d.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
+            return trace_from_matches(np.asarray(pred) == np.asarray(out), self.k)
+        if self.method == "suffix":
+            fin = steps[-1][1] if steps else None
+            return d.replay(rid, prompt, out, self.k, final_accepted=fin)  # type: ignore[attr-defined]
+        fast = getattr(d, "replay", None)
+        return fast(rid, prompt, out, self.k) if fast is not None else replay_by_stepping(d, rid, prompt, out, self.k)
+
+
+def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[str, Any] | None, config_source: str,
+              max_model_len: int | None = None) -> ReplayCheck:
+    """Replay every successful request with token ids and compare with the server's own counts."""
+    if spec is None:
+        return unavailable("the speculative config is unknown: the server does not state it; pass "
+                           "bench --speculative-config '<the JSON the server runs with>'")
+    try:
+        cfg = spec if isinstance(spec, SpeculativeConfig) else SpeculativeConfig.model_validate(spec)
+    except ValueError as e:
+        return unavailable(f"speculative config ({config_source}) not understood: {str(e).splitlines()[0]}")
+    base = {"method": cfg.method, "k": cfg.num_speculative_tokens, "config_source": config_source}
+    if cfg.method not in REPLAYABLE:
+        return unavailable(f"method {cfg.method!r} drafts from the target's hidden states or by sampling: "
+                           "no replay from outputs alone", **base)
+    if cfg.method == "draft_model" and not (cfg.model and Path(cfg.model).is_dir()):
+        return unavailable(f"the draft model {cfg.model!r} is not a directory here: copy it here to replay it", **base)
+    ok = sorted((r for r in records if r.ok), key=lambda r: (r.sent_s, r.index))
+    with_ids = [(r, ids) for r in ok if (ids := _ids(r)) is not None]
+    if not with_ids:
+        return unavailable("the server returned no token ids (vLLM >= 0.10.2 returns them for return_token_ids; "
+                           "the embedded server does): nothing to replay", **base)
+    try:
+        rep = _Replayer(cfg, max_model_len)
+    except (ValueError, TypeError, OSError) as e:
+        return unavailable(f"cannot build the {cfg.method} drafter: {e}", **base)
+    res = ReplayCheck(available=True, **base)
+    if len(with_ids) < len(ok):
+        res.notes.append(f"{len(ok) - len(with_ids)} successful request(s) came without token ids and were not replayed")
+    if cfg.method == "suffix" and _overlapping([r for r, _ in with_ids]):
+        res.notes.append("requests overlapped in time: the server's suffix cache saw their tokens interleaved step by "
+                         "step, the replay request by request, so suffix rows are uncertain (never a gap)")
+        overlap = True
+    else:
+        overlap = False
+    for rec, (prompt, out) in with_ids:
+        steps = _per_step(rec)
+        t = rep.trace(rec.id, prompt, out, steps)
+        unc: int | None = None
+        if cfg.method == "suffix":
+            fu = getattr(t, "first_uncertain", None)
+            unc = 0 if overlap else (None if fu is None else int((t.drafted[:fu] > 0).sum()))
+        s = rec.spec
+        server = None if s is None or s.draft_tokens is None or s.accepted_tokens is None else Counts(
+            drafts=s.drafts or 0, draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens)
+        row = judge_request(rec.id, t, len(out), server, steps, unc)
+        _tally(res, row)
+    _finish(res)
+    return res
+
+
+def _tally(res: ReplayCheck, row: RequestCheck) -> None:
+    res.requests += 1
+    if row.status == "match":
+        res.matching += 1
+    elif row.status == "gap":
+        res.gaps += 1
+        if len(res.gap_ids) < 20:
+            res.gap_ids.append(row.id)
+    elif row.status == "uncertain":
+        res.uncertain += 1
+    else:
+        res.no_server_counts += 1
+    if row.server is not None:
+        res.replay.add(row.replay)
+        res.server.add(row.server)
+    else:
+        res.unpaired.add(row.replay)
+        res.unpaired_bound += row.final_bound
+    if len(res.rows) < MAX_ROWS_KEPT:
+        res.rows.append(row)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f} %"
+
+
+def _finish(res: ReplayCheck) -> None:
+    res.replay_acceptance_rate = res.replay.acceptance_rate
+    res.server_acceptance_rate = res.server.acceptance_rate
+    if res.no_server_counts == res.requests:
+        res.notes.append("the server gave no per-request counts (vLLM: --per-request-spec-decode-metrics): "
+                         "only the run's totals can be compared")
+    if res.gaps:
+        res.gap = True
+        res.gap_summary = (
+            f"the server's acceptance falls short of what its own outputs allow on {res.gaps} of {res.requests} "
+            f"requests: it accepted {_pct(res.server_acceptance_rate)} of its draft tokens, the replay of the same "
+            f"outputs through the same drafter {_pct(res.replay_acceptance_rate)}")
+
+
+def check_totals(res: ReplayCheck, counters: Any) -> None:
+    """Without per-request counts: the run's counter diff (``SpecCounts``) against the replay's
+    totals (other traffic on the server makes this inexact; the bench warns about that)."""
+    if not res.available or res.no_server_counts != res.requests or counters is None:
+        return
+    rep, bound = res.unpaired, res.unpaired_bound
+    drafted, acc = counters.draft_tokens, counters.accepted_tokens
+    if drafted is None or acc is None:
+        return
+    res.replay, res.server = rep, Counts(drafts=counters.drafts or 0, draft_tokens=int(drafted), accepted_tokens=int(acc))
+    res.replay_acceptance_rate, res.server_acceptance_rate = rep.acceptance_rate, res.server.acceptance_rate
+    if int(drafted) != rep.draft_tokens or not 0 <= int(acc) - rep.accepted_tokens <= bound:
+        res.gap = True
+        res.gap_summary = (f"the run's counters ({int(acc)} of {int(drafted)} draft tokens accepted) differ from the "
+                           f"replay of its outputs ({rep.accepted_tokens} of {rep.draft_tokens}, + at most {bound} "
+                           "past the outputs' ends)")
+
+
+def check_bench_run(records: Sequence[RequestRecord], stated: SpeculativeConfig | None, server: dict[str, Any],
+                    counters: Any = None) -> ReplayCheck:
+    """The check ``bench`` runs after every run: the config the user stated, else the one the server
+    states (embedded server); the server's ``max_model_len`` from ``/v1/models``; the counter diff for
+    runs without per-request counts."""
+    spec: SpeculativeConfig | dict[str, Any] | None = stated
+    src = "bench --speculative-config"
+    if spec is None:
+        spec, src = speculative_config_of_server(server), "the server's /v1/models card"
+    res = check_run(records, spec, src, max_model_len_of_server(server))
+    check_totals(res, counters)
+    return res
