@@ -31,6 +31,21 @@ def _workload(tmp: Path) -> Path:
     return p
 
 
+def _renders(html: Path, png: Path) -> None:
+    """Every plot of the sweep report draws in headless chromium, offline, without a console error."""
+    try:
+        from test_report_browser import _chromium, load_in_browser  # the report's own browser harness
+    except ImportError:
+        return
+    if _chromium() is None:
+        return
+    res = load_in_browser(html, png)
+    assert res["loaded"] and res["plotly"] == "object"
+    assert res["plot_divs"] >= 3 and res["svg_divs"] == res["plot_divs"], res["errors"]
+    assert res["errors"] == [] and res["network"] == [], res
+    assert "Recommendation" in res["body_text"] and "Crossover" in res["body_text"]
+
+
 def _sg(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specgauge", *args], capture_output=True, text=True, check=False, timeout=600)
 
@@ -60,6 +75,7 @@ def test_sweep_then_recommend_on_the_embedded_server(tmp_path: Path) -> None:
     html = (out / "report.html").read_text()
     assert html.count('class="plotly-graph-div"') >= 3 and 'id="recommendation-0"' in html
     assert str(tmp_path) not in (out / "sweep.json").read_text()  # no machine paths in the manifest
+    _renders(out / "report.html", tmp_path / "report.png")
 
     resumed = _sg(*args, "--resume")
     assert resumed.returncode == 0 and "every cell already done" in resumed.stderr, resumed.stderr[-2000:]

@@ -117,7 +117,7 @@ def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
         if a.min_speedup != 1.0:
             sp.add_hline(y=a.min_speedup, line_dash="dash", line_color="#b7791f")
         sp.update_layout(title=f"Speedup vs concurrency (against {_l(a.baseline)}; bars: 95 % CI)",
-                         xaxis_title="concurrency", yaxis_title="speedup (×)", xaxis_type="log")
+                         xaxis_title="concurrency", yaxis_title="speedup (×)", xaxis={"type": "log", "tickvals": a.concurrencies})
         out["speedup"] = _fig_html(sp, f"sweep{idx}-speedup")
     lat = go.Figure()
     for label in a.labels:
@@ -126,7 +126,7 @@ def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
             lat.add_trace(go.Scatter(x=[c.concurrency for c in cs], y=[c.e2e_p95_ms for c in cs], mode="lines+markers", name=_l(label)))
     if lat.data:
         lat.update_layout(title="p95 end-to-end latency vs concurrency", xaxis_title="concurrency", yaxis_title="E2E p95 (ms)",
-                          xaxis_type="log")
+                          xaxis={"type": "log", "tickvals": a.concurrencies})
         out["latency"] = _fig_html(lat, f"sweep{idx}-latency")
     tl = go.Figure()
     for label in a.labels:
