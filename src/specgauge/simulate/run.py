@@ -348,8 +348,9 @@ class ReplayTally:
                          f"{self.fitted.provenance.get('model') or '?'}, {self.fitted.shape} verification), each batch size "
                          "simulated as a closed-loop bench of these requests; band from the law's bootstrap")
         else:
-            notes.append("predicted speedup: UNCALIBRATED cost model (guessed costs); fit your server's law with "
-                         "`specgauge calibrate` and pass its cost_profile.json as --cost-profile")
+            what = ("the cost-ratio file " + Path(cfg.cost_profile).name) if cfg.cost_profile else "guessed costs"
+            notes.append(f"predicted speedup: UNCALIBRATED cost model ({what}; not fitted on a live server); fit your "
+                         "server's law with `specgauge calibrate` and pass its cost_profile.json as --cost-profile")
         return SimulateResult(
             tokenizer=tok.name, exact=self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
             overall=_segment("", accs, labels, cfg, profiles, fitted),
