@@ -57,14 +57,18 @@ def simulate_schedule(
     prefill_reqs)`` is the law for this server config."""
     n = len(reqs)
     cap = max_batch or n or 1
-    send_after = np.full(n, -1, dtype=np.int64)
-    first = np.full(n, -1, dtype=np.int64)
-    last = np.full(n, -1, dtype=np.int64)
-    arrival = np.full(n, np.inf)
+    send_after = [-1] * n
+    first = [-1] * n
+    last = [-1] * n
+    arrival = [float("inf")] * n
     cols: dict[str, list[int]] = {c: [] for c in ("batch", "dsum", "dmax", "ctx", "ptok", "preq")}
     wake: list[int] = []
-    pos = np.zeros(n, dtype=np.int64)  # next decode step of each request
-    emitted = np.zeros(n, dtype=np.int64)
+    drafted = [r.drafted.tolist() for r in reqs]  # plain lists: this loop runs once per step and request
+    accepted = [r.accepted.tolist() for r in reqs]
+    prompt = [int(r.prompt_tokens) for r in reqs]
+    out_len = [int(r.output_tokens) for r in reqs]
+    pos = [0] * n  # next decode step of each request
+    emitted = [0] * n
     nxt = min(concurrency, n)
     for i in range(nxt):
         arrival[i] = ell / 2
@@ -80,7 +84,7 @@ def simulate_schedule(
                 raise AssertionError("nothing to run and nothing in flight")  # pragma: no cover
             head = waiting[0]
             if arrival[head] > t:
-                t = float(arrival[head])
+                t = arrival[head]
                 woke = head
         admitted: list[int] = []
         while waiting and len(running) + len(admitted) < cap and arrival[waiting[0]] <= t + 1e-12:
@@ -89,11 +93,12 @@ def simulate_schedule(
         b = len(decode)
         dsum = dmax = ctx = 0
         for i in decode:
-            d = int(reqs[i].drafted[pos[i]])
+            d = drafted[i][pos[i]]
             dsum += d
-            dmax = max(dmax, d)
-            ctx += reqs[i].prompt_tokens + int(emitted[i])
-        ptok = sum(reqs[i].prompt_tokens for i in admitted)
+            if d > dmax:
+                dmax = d
+            ctx += prompt[i] + emitted[i]
+        ptok = sum(prompt[i] for i in admitted)
         dur = step_seconds(b, dsum, dmax, ctx, ptok, len(admitted))
         for c, v in zip(cols.values(), (b, dsum, dmax, ctx, ptok, len(admitted)), strict=True):
             c.append(v)
@@ -102,14 +107,14 @@ def simulate_schedule(
         finished: list[int] = []
         still: list[int] = []
         for i in decode:
-            r = reqs[i]
-            emitted[i] += min(int(r.accepted[pos[i]]) + 1, r.output_tokens - int(emitted[i]))
+            e = emitted[i] + min(accepted[i][pos[i]] + 1, out_len[i] - emitted[i])
+            emitted[i] = e
             pos[i] += 1
-            (finished if emitted[i] >= r.output_tokens else still).append(i)
+            (finished if e >= out_len[i] else still).append(i)
         for i in admitted:
             first[i] = s
             emitted[i] = 1
-            (finished if reqs[i].output_tokens <= 1 else still).append(i)
+            (finished if out_len[i] <= 1 else still).append(i)
         running = still
         for i in finished:
             last[i] = s
@@ -121,8 +126,9 @@ def simulate_schedule(
                 nxt += 1
         s += 1
     table = StepTable(*(np.asarray(v, dtype=np.int64) for v in cols.values()), method=method, k=k)
-    return Schedule(table, np.asarray(wake, dtype=np.int64), send_after, first, last,
-                    np.asarray([r.output_tokens for r in reqs], dtype=np.int64), [r.id for r in reqs])
+    i64 = np.int64
+    return Schedule(table, np.asarray(wake, dtype=i64), np.asarray(send_after, dtype=i64), np.asarray(first, dtype=i64),
+                    np.asarray(last, dtype=i64), np.asarray(out_len, dtype=i64), [r.id for r in reqs])
 
 
 def step_ends(sched: Schedule, durations: np.ndarray, ell: float | np.ndarray) -> np.ndarray:
