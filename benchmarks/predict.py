@@ -37,9 +37,24 @@ def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def cut_workload(src: Path, dst: Path, max_tokens: int) -> Path:
+    """The workload with max_tokens lowered and each logged output cut to match (replay stays exact)."""
+    lines = []
+    for line in src.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        d["request"]["max_tokens"] = min(int(d["request"].get("max_tokens") or max_tokens), max_tokens)
+        if d.get("response") and d["response"].get("output_token_ids") is not None:
+            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:max_tokens]
+            d["response"]["text"] = ""
+        lines.append(json.dumps(d))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return dst
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run: 10 prompts per cell, bootstrap 50")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 8 prompts of at most 48 tokens per cell, bootstrap 50")
     ap.add_argument("--num-prompts", type=int, default=48)
     ap.add_argument("--out", type=Path, default=Path("results/benchmark-predict"))
     ap.add_argument("--server-cmd", default=None, help="command template with {port} and {spec} (default: embedded engine)")
@@ -51,12 +66,15 @@ def main() -> None:
     ap.add_argument("--calibration-configs-at", default="2,8", help="concurrencies at which the calibration configs are re-measured")
     ap.add_argument("--validate-k", default="2,8", help="k of ngram/suffix cells to predict (draft model: --validate-draft-k)")
     ap.add_argument("--validate-draft-k", default="1,3")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="cut every request (and its logged output) to this many tokens (--quick: 48)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--resume", action="store_true")
     a = ap.parse_args()
-    n = 10 if a.quick else a.num_prompts
+    n = 8 if a.quick else a.num_prompts
     boot = 50 if a.quick else 200
-    workload = [sample_logged_path()]
+    max_tokens = a.max_tokens or (48 if a.quick else None)
+    workload = [cut_workload(sample_logged_path(), a.out / "workload.jsonl", max_tokens) if max_tokens else sample_logged_path()]
     if a.server_cmd:
         target = ServerTarget.from_command(a.server_cmd, model=a.model)
     else:
