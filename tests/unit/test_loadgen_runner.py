@@ -114,3 +114,64 @@ def test_a_stale_keep_alive_connection_is_retried_once_not_a_failure() -> None:
     with FakeServer(close_after_stream=True) as srv:
         recs = run(srv, [creq(i, "tokens:3") for i in range(30)], [0.002 * i for i in range(30)], max_concurrency=1)
     assert all(r.ok for r in recs), [r.error for r in recs if not r.ok][:3]
+
+
+def test_hooked_reader_path_is_used_and_equals_the_plain_read_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path (the body parsed inside aiohttp's reader) runs with the installed aiohttp and
+    records what plain reading records: same chunks and counts, text, usage, spec."""
+    from specgauge.loadgen import runner as rmod
+
+    used: list[int] = []
+    orig = rmod._read_hooked
+
+    async def counting(reader, sink):  # type: ignore[no-untyped-def]
+        used.append(1)
+        await orig(reader, sink)
+
+    monkeypatch.setattr(rmod, "_read_hooked", counting)
+    prompts = ["tokens:40 per:3", "tokens:7 per:1 delay_ms:5", "tokens:300 per:2"]
+    with FakeServer() as srv:
+        hooked = run(srv, [creq(i, p) for i, p in enumerate(prompts)])
+        monkeypatch.setattr(rmod, "HOOK_READER", False)
+        plain = run(srv, [creq(i, p) for i, p in enumerate(prompts)])
+    assert len(used) == len(prompts)
+    for a, b in zip(hooked, plain, strict=True):
+        assert a.ok and b.ok, (a.error, b.error)
+        assert [c.n for c in a.chunks] == [c.n for c in b.chunks]
+        assert all(x.t <= y.t for x, y in zip(a.chunks, a.chunks[1:]))  # stamped in arrival order
+        assert (a.text, a.output_tokens, a.token_counts, a.spec, a.finish_reason) == (
+            b.text, b.output_tokens, b.token_counts, b.spec, b.finish_reason)
+
+
+def test_payloads_as_bytes_or_text_give_the_same_state() -> None:
+    from specgauge.loadgen.runner import (
+        MalformedSSE,
+        RequestFailed,
+        StreamState,
+        apply_payloads,
+    )
+
+    cum = get_dialect("vllm").cumulative_tokens
+    events = ['{"choices": [{"text": "a", "finish_reason": null}], "usage": {"completion_tokens": 1}}',
+              '{"choices": [{"text": "bc", "finish_reason": "length"}], "usage": {"completion_tokens": 3}}',
+              '{"choices": [], "usage": {"completion_tokens": 3}, "metrics": {"x": NaN}}', "[DONE]"]
+    states = []
+    for as_bytes in (False, True):
+        st = StreamState()
+        apply_payloads([e.encode() if as_bytes else e for e in events], 0.5, st, 200, cum)
+        states.append((st.times, st.counts, st.text, st.finish_reason, st.final_usage, st.done, str(st.final)))
+    assert states[0] == states[1]
+    assert states[0][1] == [1, 2] and states[0][5] is True  # NaN: JSON only the standard library reads
+    with pytest.raises(MalformedSSE, match="UTF-8"):
+        apply_payloads([b'{"choices": [{"text": "\xff"}]}'], 0.1, StreamState(), 200, cum)
+    with pytest.raises(RequestFailed, match="not JSON"):
+        apply_payloads([b"{oops"], 0.1, StreamState(), 200, cum)
+
+
+def test_closely_spaced_sends_are_never_early_and_keep_plan_order() -> None:
+    times = [0.001 * i for i in range(25)]
+    with FakeServer() as srv:
+        recs = run(srv, [creq(i, "tokens:2") for i in range(25)], times)
+    assert all(r.ok for r in recs)
+    assert all(r.sent_s >= r.scheduled_s for r in recs)  # the spin ends at the send time, never before
+    assert [r.index for r in sorted(recs, key=lambda r: r.sent_s)] == list(range(25))

@@ -72,3 +72,34 @@ def test_any_split_gives_the_same_events(payloads: list[str], eol: str, cuts: li
     events, left = parse_all(pieces)
     assert [e.data for e in events] == payloads
     assert not left
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    payloads=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=20), min_size=1, max_size=6),
+    eol=st.sampled_from(["\n", "\r\n", "\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    extra=st.sampled_from(["", "event: x{eol}", ": ping{eol}", "id: 7{eol}"]),
+)
+def test_feed_data_gives_the_payloads_feed_gives(payloads: list[str], eol: str, cuts: list[int], extra: str) -> None:
+    """The bytes fast path (``feed_data``) and ``feed`` frame every stream alike, split anywhere."""
+    body = "".join(f"{extra.format(eol=eol) if i % 2 else ''}data: {p}{eol}{eol}" for i, p in enumerate(payloads)).encode()
+    points = sorted({c % (len(body) + 1) for c in cuts})
+    pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    p = SSEParser()
+    got: list[bytes] = []
+    for piece in pieces:
+        got.extend(p.feed_data(piece))
+    tail, left = p.close_data()
+    assert [g.decode() for g in got + tail] == payloads
+    assert not left
+    events, _ = parse_all(pieces)
+    assert [e.data for e in events] == payloads
+
+
+def test_feed_data_multi_line_data_and_unterminated_event() -> None:
+    p = SSEParser()
+    assert p.feed_data(b"data: a\ndata: b\n\ndata: {\"x\": 1}\n\ndata: half") == [b"a\nb", b'{"x": 1}']
+    assert p.close_data() == ([], True)
+    with pytest.raises(MalformedSSE, match="not an SSE line"):
+        SSEParser().feed_data(b"data: ok\n\n<html>\n")

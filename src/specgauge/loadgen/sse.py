@@ -6,14 +6,18 @@ rules (LF, CRLF or CR line ends, a CR at the end of the body included; ``:`` com
 colon), with one strictness the spec does not have: a non-empty line whose field is not one of
 ``data``/``event``/``id``/``retry`` raises :class:`MalformedSSE`, because an OpenAI-compatible
 server never sends one and such bytes mean the body is not an event stream at all.
+
+Framing works on bytes. ``feed_data(bytes)`` is the load generator's hot path: it returns only the
+events' ``data`` payloads, as bytes, without decoding them (the JSON decoder reads bytes and checks
+UTF-8 itself) and without an event object per chunk; ``feed`` returns :class:`SSEEvent` objects
+with decoded text for everyone else. One parser instance serves one stream through either method.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-_FIELDS = frozenset(("data", "event", "id", "retry"))
-_BFIELDS = frozenset(f.encode() for f in _FIELDS)
+_BFIELDS = frozenset((b"data", b"event", b"id", b"retry"))
 
 
 class MalformedSSE(ValueError):
@@ -26,24 +30,83 @@ class SSEEvent(NamedTuple):
     id: str | None = None
 
 
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedSSE(f"bytes that are not UTF-8 in the event stream: {raw[:60]!r}") from e
+
+
+class _Full(NamedTuple):
+    """An event that needed the line-by-line path (several lines, or event/id fields)."""
+
+    data: bytes
+    event: bytes
+    id: bytes | None
+
+
 class SSEParser:
     """Feed raw body bytes, get complete events back. ``close()`` flags an unterminated event."""
 
-    __slots__ = ("_buf", "_data", "_event", "_id", "_has_data", "_max_line")
+    __slots__ = ("_buf", "_data", "_event", "_has_data", "_id", "_max_line")
 
     def __init__(self, max_line: int = 16 * 1024 * 1024) -> None:
         self._buf = b""
-        self._data: list[str] = []
-        self._event = ""
-        self._id: str | None = None
+        self._data: list[bytes] = []
+        self._event = b""
+        self._id: bytes | None = None
         self._has_data = False
         self._max_line = max_line
 
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
+    # -- public ------------------------------------------------------------------------------------
+    def feed_data(self, chunk: bytes) -> list[bytes]:
+        """The ``data`` payloads (bytes, not decoded) of the events these bytes complete."""
         buf = self._buf + chunk if self._buf else chunk
-        events: list[SSEEvent] = []
+        # the usual case, checked with a few C-level scans: whole one-line "data: " events, LF only
+        if buf[-2:] == b"\n\n" and buf[:6] == b"data: " and not self._has_data and b"\r" not in buf:
+            nl = buf.count(b"\n")
+            if nl == 2:
+                self._buf = b""
+                return [buf[6:-2]]
+            parts = buf[:-2].split(b"\n\n")
+            if nl == 2 * len(parts) and buf.count(b"\n\ndata: ") == len(parts) - 1:
+                self._buf = b""
+                return [part[6:] for part in parts]
+        self._buf = b""
+        out = self._frames(buf)
+        for x in out:
+            if type(x) is not bytes:  # rare: an event that took the line-by-line path
+                return [x if type(x) is bytes else x.data for x in out]
+        return out  # type: ignore[return-value]
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """The events these bytes complete, with decoded text."""
+        return [self._event_of(x) for x in self._frames(chunk)]
+
+    def close(self) -> tuple[list[SSEEvent], bool]:
+        """End of body: events completed by a final lone CR, and whether a partial event was left."""
+        frames, left = self._close()
+        return [self._event_of(x) for x in frames], left
+
+    def close_data(self) -> tuple[list[bytes], bool]:
+        """``close`` for ``feed_data`` users: the last payloads and whether a partial event was left."""
+        frames, left = self._close()
+        return [x if type(x) is bytes else x.data for x in frames], left
+
+    # -- framing -----------------------------------------------------------------------------------
+    @staticmethod
+    def _event_of(x: bytes | _Full) -> SSEEvent:
+        if type(x) is bytes:
+            return SSEEvent(_text(x))
+        assert isinstance(x, _Full)
+        return SSEEvent(_text(x.data), _text(x.event) if x.event else "message",
+                        None if x.id is None else _text(x.id))
+
+    def _frames(self, chunk: bytes) -> list[bytes | _Full]:
+        buf = self._buf + chunk if self._buf else chunk
+        out: list[bytes | _Full] = []
         if b"\r" not in buf:
-            return self._feed_lf(buf, events)
+            return self._frames_lf(buf, out)
         start = 0
         n = len(buf)
         while start < n:
@@ -58,79 +121,75 @@ class SSEParser:
                 end, nxt = nl, nl + 1
             else:
                 break
-            self._line(buf[start:end], events)
+            self._line(buf[start:end], out)
             start = nxt
         self._buf = buf[start:]
         if len(self._buf) > self._max_line:
             raise MalformedSSE(f"an SSE line longer than {self._max_line} bytes without a line end")
-        return events
+        return out
 
-    def _feed_lf(self, buf: bytes, events: list[SSEEvent]) -> list[SSEEvent]:
+    def _frames_lf(self, buf: bytes, out: list[bytes | _Full]) -> list[bytes | _Full]:
         """Fast path for LF-only bytes (what servers send): split at event boundaries once; a
         one-line ``data:`` event (the usual case) is taken whole, anything else line by line.
         ``_buf`` keeps the whole unfinished event, so its lines are only read once it is complete."""
         parts = buf.split(b"\n\n")
-        self._buf = parts.pop()
+        self._buf = tail = parts.pop()
         for part in parts:
-            if part.startswith(b"data: ") and b"\n" not in part and not self._has_data:
-                try:
-                    events.append(SSEEvent(part[6:].decode("utf-8")))
-                except UnicodeDecodeError as e:
-                    raise MalformedSSE(f"bytes that are not UTF-8 in the event stream: {part[:60]!r}") from e
+            if part[:6] == b"data: " and b"\n" not in part and not self._has_data:
+                out.append(part[6:])
                 continue
             for raw in part.split(b"\n"):
-                self._line(raw, events)
-            self._line(b"", events)
-        tail = self._buf
+                self._line(raw, out)
+            self._line(b"", out)
         if b"\n" in tail:  # complete lines of the unfinished event: reject non-SSE bytes early
             for raw in tail.split(b"\n")[:-1]:
                 if raw and raw[0] != 0x3A and raw.partition(b":")[0] not in _BFIELDS:
                     raise MalformedSSE(f"not an SSE line: {raw[:80].decode('utf-8', 'replace')!r}")
         if len(tail) > self._max_line:
             raise MalformedSSE(f"an SSE event longer than {self._max_line} bytes without an end")
-        return events
+        return out
 
-    def close(self) -> tuple[list[SSEEvent], bool]:
-        """End of body: events completed by a final lone CR, and whether a partial event was left."""
-        events: list[SSEEvent] = []
+    def _close(self) -> tuple[list[bytes | _Full], bool]:
+        out: list[bytes | _Full] = []
         if self._buf.endswith(b"\r"):
-            events = self.feed(b"\n")  # the CR was a line end, not half of a CRLF
+            out = self._frames(b"\n")  # the CR was a line end, not half of a CRLF
         if b"\n" in self._buf:  # the fast path keeps a whole unfinished event: read its lines now
             *lines, self._buf = self._buf.split(b"\n")
             for raw in lines:
-                self._line(raw, events)
+                self._line(raw, out)
         left = bool(self._buf.strip()) or self._has_data
         self._buf = b""
         self._reset()
-        return events, left
+        return out, left
 
     def _reset(self) -> None:
         self._data = []
-        self._event = ""
+        self._event = b""
         self._id = None
         self._has_data = False
 
-    def _line(self, raw: bytes, events: list[SSEEvent]) -> None:
+    def _line(self, raw: bytes, out: list[bytes | _Full]) -> None:
         if not raw:
             if self._has_data:
-                events.append(SSEEvent("\n".join(self._data), self._event or "message", self._id))
+                data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
+                if not self._event and self._id is None:
+                    out.append(data)
+                else:
+                    out.append(_Full(data, self._event, self._id))
             self._reset()
             return
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise MalformedSSE(f"bytes that are not UTF-8 in the event stream: {raw[:60]!r}") from e
-        if line[0] == ":":
+        if raw[0] == 0x3A:
             return  # comment / keep-alive
-        field, sep, value = line.partition(":")
-        if sep and value.startswith(" "):
+        field, sep, value = raw.partition(b":")
+        if sep and value[:1] == b" ":
             value = value[1:]
-        if field not in _FIELDS:
-            raise MalformedSSE(f"not an SSE line: {line[:80]!r}")
-        if field == "data":
+        if field not in _BFIELDS:
+            raise MalformedSSE(f"not an SSE line: {_text(raw)[:80]!r}")
+        if field == b"data":
+            _text(value)  # a line that is not UTF-8 is refused where it is read
             self._data.append(value)
             self._has_data = True
-        elif field == "event":
+        elif field == b"event":
             self._event = value
-        elif field == "id":
+        elif field == b"id":
             self._id = value
