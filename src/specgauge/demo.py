@@ -1,12 +1,16 @@
 """``specgauge demo``: the whole job on the embedded default, on a CPU, no GPU and no server needed.
 
 1. profile the built-in sample workload (with the shipped target's logged responses);
-2. measure the embedded engine's cost profile, then replay n-gram, suffix and draft-model acceptance
-   offline (exact: logged token ids), k = 1..8, and predict the speedup of each;
-3. start the embedded server without speculation and bench it;
-4. start it again with the best (method, k) of step 2 and bench it on the same requests;
-5. compare the two runs: paired speedup and latency deltas with CIs, output equivalence, verdict;
-6. write one self-contained HTML report, and print where everything is.
+2. replay n-gram, suffix and draft-model acceptance offline on every request (exact: logged token
+   ids), k = 1..8, and say which suffix backend ran;
+3. calibrate: short live runs of the embedded server (no speculation and one config per method, at
+   concurrency 1 and the demo's) fit this machine's step-cost law (``specgauge calibrate``);
+4. predict every (method, k) at the demo's concurrency from the replay and that law, with a band,
+   and pick the candidate — or say that nothing is predicted to pay here, and why;
+5. the live A/B: the embedded server without and with the candidate, on the same requests;
+6. compare (paired speedup with CI, latency, output equivalence, verdict), then the prediction beside
+   the measurement: they agree within 10 % or the demo says plainly that they did not, and why;
+7. one self-contained HTML report.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from rich.console import Console
 
 from specgauge.errors import UserError
 
+#: prediction and measurement "agree" when they are this close (the issue's demo criterion)
+AGREEMENT = 0.10
+
 
 class DemoError(UserError):
     pass
@@ -29,11 +36,11 @@ class DemoError(UserError):
 
 class DemoConfig(BaseModel):
     out_dir: Path = Path("specgauge-demo")
-    num_prompts: int = Field(default=120, ge=4, description="requests per live run")
+    num_prompts: int = Field(default=120, ge=4, description="requests per live A/B run")
     max_concurrency: int = Field(default=4, ge=1)
     ks: list[int] = Field(default_factory=lambda: list(range(1, 9)))
-    #: suffix replay is pure Python (~1k positions/s): the demo replays it on this many requests
-    suffix_requests: int = Field(default=60, ge=0)
+    calibration_prompts: int = Field(default=24, ge=4, description="requests per calibration run")
+    min_speedup: float = Field(default=1.05, gt=0, description="practical margin, as compare's --min-speedup")
     threads: int = Field(default=1, ge=1, description="torch threads per server process")
     lang: str | None = None  #: en | ko for the report and the console summaries; None: from the locale
 
@@ -43,6 +50,9 @@ class DemoResult(BaseModel):
     report: Path
     verdict: str
     candidate: dict[str, Any]
+    predicted: float | None = None
+    measured: float | None = None
+    agreement: str = ""
     seconds: float
 
 
@@ -51,24 +61,68 @@ def _save(path: Path, model: BaseModel) -> Path:
     return path
 
 
-def choose_candidate(sim: Any, batch: int) -> tuple[dict[str, Any], str]:
-    """The (method, k) with the highest predicted speedup at ``batch`` over all requests."""
-    best: tuple[float, str, int] | None = None
-    for p in sim.overall.predictions:
-        if p.batch == batch and p.predicted_speedup is not None and (best is None or p.predicted_speedup > best[0]):
-            best = (p.predicted_speedup, p.method, p.k)
-    if best is None:
-        raise DemoError("the offline replay produced no prediction; nothing to choose")
-    speed, method, k = best
+def candidate_cells(methods: list[str], ks: list[int], concurrency: int) -> list[Any]:
+    """Every (method, k) the replay covered, as prediction cells at ``concurrency``."""
     from specgauge.models import draft_dir
+    from specgauge.predict import CellSpec
 
-    if method.startswith("draft_model"):
-        spec: dict[str, Any] = {"model": str(draft_dir()), "num_speculative_tokens": k}
-    else:
-        spec = {"method": method, "num_speculative_tokens": k}
-        if method == "ngram":
-            spec.update(prompt_lookup_min=2, prompt_lookup_max=5)
-    return spec, f"{method} k={k} (predicted {speed:.2f}x at concurrency {batch})"
+    cells = []
+    for m in methods:
+        for k in ks:
+            if m.startswith("draft_model"):
+                spec: dict[str, Any] = {"model": str(draft_dir()), "num_speculative_tokens": k}
+                label = f"draft_model-k{k}"
+            else:
+                spec = {"method": m, "num_speculative_tokens": k}
+                if m == "ngram":
+                    spec.update(prompt_lookup_min=2, prompt_lookup_max=5)
+                label = f"{m}-k{k}"
+            cells.append(CellSpec(label=label, speculative_config=spec, concurrency=concurrency))
+    return cells
+
+
+def choose(preds: list[Any], margin: float) -> tuple[Any, bool]:
+    """The cell with the highest predicted speedup, and whether it is predicted to pay (its band's
+    low end above the practical margin — the same rule compare applies to a measured CI)."""
+    ok = [p for p in preds if p.speedup is not None]
+    if not ok:
+        raise DemoError("the calibrated prediction produced no figure; nothing to choose")
+    best = max(ok, key=lambda p: p.speedup)
+    low = best.speedup_low if best.speedup_low is not None else best.speedup
+    return best, low > margin
+
+
+def agreement(predicted: float | None, measured: float | None, low: float | None, high: float | None) -> tuple[bool, str]:
+    """Plain words on predicted vs measured: within ``AGREEMENT``, or inside the measured CI, or not."""
+    from specgauge.i18n import t
+
+    if predicted is None or measured is None:
+        return False, t("demo.agree.none")
+    err = predicted / measured - 1
+    words = {"p": f"{predicted:.2f}x", "m": f"{measured:.2f}x", "e": f"{err:+.1%}", "tol": f"{AGREEMENT:.0%}"}
+    if abs(err) <= AGREEMENT:
+        return True, t("demo.agree.within", **words)
+    if low is not None and high is not None and low <= predicted <= high:
+        return True, t("demo.agree.inside_ci", lo=f"{low:.2f}", hi=f"{high:.2f}x", **words)
+    return False, t("demo.agree.not", **words)
+
+
+def disagreement_reasons(pred: Any, cmp: Any, summary: dict[str, Any]) -> list[str]:
+    """Where a gap between prediction and measurement can come from, with this run's evidence."""
+    out = []
+    acc_live = ((summary.get("specgauge") or {}).get("acceptance") or {}).get("counters", {}).get("acceptance_rate")
+    if pred.acceptance_rate is not None and isinstance(acc_live, (int, float)):
+        gap = acc_live - pred.acceptance_rate
+        out.append(f"acceptance: replayed {pred.acceptance_rate:.1%}, the server counted {acc_live:.1%} "
+                   f"({'matches' if abs(gap) < 0.01 else f'gap {gap:+.1%}: the time law was fitted on what the server really accepted'})")
+    if pred.extrapolated:
+        out.append("the candidate puts more tokens through one forward than any calibration run measured (extrapolated)")
+    s = cmp.overall.speedup
+    if s.low is not None and s.high is not None:
+        out.append(f"measurement noise: the live speedup's 95% CI is {s.low:.2f}–{s.high:.2f}x on a shared CPU; "
+                   "other processes on the machine move step times between the calibration and the A/B")
+    out.extend(pred.notes[:3])
+    return out
 
 
 def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
@@ -80,14 +134,21 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
 
 def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
     from specgauge.api import profile, resolve_tokenizer
-    from specgauge.bench import BenchConfig, format_summary, run_bench
     from specgauge.i18n import get_lang, t
+    from specgauge.bench import BenchConfig, format_summary, run_bench
+    from specgauge.drafters._suffix_native import resolve_backend
     from specgauge.models import available, draft_dir, target_dir
+    from specgauge.predict import predict_cells
+    from specgauge.predict.calibrate import CalibrateConfig, run_calibration
     from specgauge.report.console import render_profile, render_simulation
+    from specgauge.report.decide_console import render_comparison
     from specgauge.report.html import ReportConfig, write_report
+    from specgauge.report.predict_console import render_calibration, render_predictions
     from specgauge.report.runs import CompareRequest, compare_paths
     from specgauge.servers import embedded_server
-    from specgauge.simulate.run import SimulateConfig, SimulateResult, simulate
+    from specgauge.simulate.run import SimulateConfig, simulate
+    from specgauge.stats.verdict import VerdictCriteria
+    from specgauge.sweep import ServerTarget
     from specgauge.workload.loaders import LoadOptions
     from specgauge.workload.samples import sample_logged_path
 
@@ -103,58 +164,82 @@ def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> 
     for old in ("bench-baseline", "bench-speculative"):
         if (out / old / "results.jsonl").exists():
             raise DemoError(f"{out / old} already holds a run; pass another --out-dir or remove it")
+    conc = cfg.max_concurrency
 
     def step(n: int, text: str) -> None:
-        console.rule(f"[bold]{n}/6[/bold] {text}  [dim]({time.monotonic() - t_start:.0f} s)[/dim]")
+        console.rule(f"[bold]{n}/7[/bold] {text}  [dim]({time.monotonic() - t_start:.0f} s)[/dim]")
 
     step(1, t("demo.step.profile"))
     prof, _ = profile([logged], LoadOptions(), None)
     _save(out / "profile.json", prof)
     render_profile(prof, console)
 
-    step(2, t("demo.step.replay", ks=",".join(map(str, cfg.ks))))
+    backend = resolve_backend("auto")
+    step(2, t("demo.step.replay", backend=backend, ks=",".join(map(str, cfg.ks))))
     import torch
 
-    from specgauge.simulate.calibrate import calibrate_engine, save
-
     torch.set_num_threads(cfg.threads)
-    batches = sorted({1, cfg.max_concurrency})
-    costs = save(calibrate_engine(target_dir(), draft_dir(), batch_sizes=batches), out / "cost_profile.json")
-    console.print(f"cost profile measured on this machine's embedded engine: {costs.read_text()}", highlight=False)
     tok = resolve_tokenizer(None)
-    main = simulate(SimulateConfig(workload=[logged], methods=["ngram", f"draft_model:{draft_dir()}"], ks=cfg.ks,
-                                   batch_sizes=batches, cost_profile=costs), tok, on_request=_ticker(err, "replayed"))
-    if cfg.suffix_requests:
-        suf = simulate(SimulateConfig(workload=[logged], methods=["suffix"], ks=cfg.ks, batch_sizes=batches, cost_profile=costs,
-                                      load=LoadOptions(limit=cfg.suffix_requests)), tok, on_request=_ticker(err, "suffix replayed"))
-        main = _merge(main, suf)
-    _save(out / "simulate.json", main)
-    render_simulation(main, console)
+    methods = ["ngram", "suffix", f"draft_model:{draft_dir()}"]
+    sim = simulate(SimulateConfig(workload=[logged], methods=methods, ks=cfg.ks, batch_sizes=[1, conc]), tok,
+                   on_request=_ticker(err, "replayed"))
+    sim = sim.model_copy(update={"notes": [*sim.notes, f"suffix replayed with the {backend} backend on every request"]})
+    _save(out / "simulate.json", sim)
+    render_simulation(sim, console)
+    console.print(t("demo.uncalibrated"), highlight=False)
 
-    spec, why = choose_candidate(main, cfg.max_concurrency)
-    console.print(f"candidate for the live A/B: [bold]{why}[/bold]")
-    console.print("[dim]the prediction uses the cost profile measured above (target forward over k+1 tokens vs 1, "
-                  "draft step vs target step); per-step host overhead is not measured, and the report sets predicted "
-                  "against measured[/dim]")
+    step(3, t("demo.step.calibrate", cs=",".join(map(str, sorted({1, conc})))))
+    cal = run_calibration(CalibrateConfig(workload=[logged], out_dir=out / "calibration", concurrencies=sorted({1, conc}),
+                                          num_prompts=cfg.calibration_prompts,
+                                          target=ServerTarget.embedded(threads=cfg.threads)), console=err, tokenizer=None)
+    render_calibration(cal, console)
+
+    step(4, t("demo.step.predict", c=conc))
+    cells = candidate_cells(["ngram", "suffix", "draft_model"], cfg.ks, conc)
+    preds = predict_cells(cal.profile, [logged], cells, num_prompts=cfg.num_prompts, max_batch=conc)
+    (out / "predictions.json").write_text(json.dumps([p.model_dump(mode="json") for p in preds], indent=1), encoding="utf-8")
+    render_predictions(cal.profile, preds, console)
+    best, pays = choose(preds, cfg.min_speedup)
+    spec = dict(next(c.speculative_config for c in cells if c.label == best.label) or {})
+    band = t("demo.band", lo=f"{best.speedup_low:.2f}", hi=f"{best.speedup_high:.2f}x") if best.speedup_low is not None else "–"
+    if pays:
+        console.print(t("demo.candidate", label=f"[bold]{best.label}[/bold]", x=f"{best.speedup:.2f}x", c=conc, band=band))
+    else:
+        console.print("[bold yellow]" + t("demo.nothing_pays", label=best.label, x=f"{best.speedup:.2f}x", band=band,
+                                          m=f"{cfg.min_speedup:.2f}x") + "[/bold yellow]")
+        for why in _why_not(cal.profile, best):
+            console.print("  " + t("demo.why", text=why), highlight=False, markup=False)
+        console.print(t("demo.ab_anyway", label=best.label))
+
     runs = {}
-    for n, (name, sc) in enumerate((("bench-baseline", None), ("bench-speculative", spec)), start=3):
-        step(n, t("demo.step.bench_spec", spec=json.dumps(sc), n=cfg.num_prompts, c=cfg.max_concurrency) if sc
-             else t("demo.step.bench_base", n=cfg.num_prompts, c=cfg.max_concurrency))
-        with embedded_server(target_dir(), out / f"{name}.server.log", sc, max_batch=max(cfg.max_concurrency, 1), threads=cfg.threads) as srv:
+    for name, sc in (("bench-baseline", None), ("bench-speculative", spec)):
+        step(5, t("demo.step.bench_spec", spec=json.dumps(sc), n=cfg.num_prompts, c=conc) if sc
+             else t("demo.step.bench_base", n=cfg.num_prompts, c=conc))
+        with embedded_server(target_dir(), out / f"{name}.server.log", sc, max_batch=conc, threads=cfg.threads) as srv:
             res = run_bench(BenchConfig(base_url=srv.base_url, workload=[logged], output_dir=out / name,
-                                        max_concurrency=cfg.max_concurrency, num_prompts=cfg.num_prompts, seed=0,
+                                        max_concurrency=conc, num_prompts=cfg.num_prompts, seed=0,
                                         timeout=300, progress=True), console=err)
         console.print(format_summary(res.summary), highlight=False, markup=False)
         runs[name] = out / name
 
-    step(5, t("demo.step.compare"))
-    cmp = compare_paths(CompareRequest(baseline=runs["bench-baseline"], candidate=runs["bench-speculative"]))
+    step(6, t("demo.step.compare"))
+    cmp = compare_paths(CompareRequest(baseline=runs["bench-baseline"], candidate=runs["bench-speculative"],
+                                       criteria=VerdictCriteria(min_speedup=cfg.min_speedup)))
     _save(out / "compare.json", cmp)
-    from specgauge.report.decide_console import render_comparison
-
     render_comparison(cmp, console)
+    s = cmp.overall.speedup
+    agree, line = agreement(best.speedup, s.estimate, s.low, s.high)
+    console.print(t("demo.pred_vs_meas", label=best.label, c=conc, line=line), highlight=False, markup=False)
+    if not agree:
+        summary = json.loads((runs["bench-speculative"] / "summary.json").read_text(encoding="utf-8"))
+        for why in disagreement_reasons(best, cmp, summary):
+            console.print("  " + t("demo.cause", text=why), highlight=False, markup=False)
+    (out / "prediction_check.json").write_text(json.dumps({
+        "candidate": best.label, "concurrency": conc, "predicted": best.speedup, "predicted_low": best.speedup_low,
+        "predicted_high": best.speedup_high, "measured": s.estimate, "measured_low": s.low, "measured_high": s.high,
+        "agree": agree, "summary": line, "predicted_to_pay": pays}, indent=1), encoding="utf-8")
 
-    step(6, t("demo.step.report"))
+    step(7, t("demo.step.report"))
     report = out / "report.html"
     write_report(ReportConfig(inputs=[out / "profile.json", out / "simulate.json", runs["bench-baseline"],
                                       runs["bench-speculative"], out / "compare.json"], out=report,
@@ -163,7 +248,21 @@ def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> 
     verdict = cmp.verdict.overall.verdict.value
     console.rule(t("demo.done", s=f"{secs:.0f}"))
     console.print(f"{t('demo.report', path=f'[bold]{report}[/bold]')}\n{t('demo.results', path=out)}", highlight=False)
-    return DemoResult(out_dir=out, report=report, verdict=verdict, candidate=spec, seconds=secs)
+    return DemoResult(out_dir=out, report=report, verdict=verdict, candidate=spec, predicted=best.speedup,
+                      measured=s.estimate, agreement=line, seconds=secs)
+
+
+def _why_not(profile: Any, best: Any) -> list[str]:
+    """The fitted law's own figures that keep speculation from paying here."""
+    p = profile.params
+    out = []
+    if best.tokens_per_forward is not None:
+        out.append(f"each speculative step puts {best.tokens_per_forward:.1f} tokens through the target "
+                   f"(tokens per step accepted: MAL {best.mean_acceptance_length or float('nan'):.2f})")
+    names = ", ".join(f"{k}={1000 * v:.3g}" for k, v in sorted(p.items()) if v > 0)
+    out.append(f"fitted step law (ms, terms above 0): {names}; a step's cost grows with the tokens verified and the drafter's work, "
+               "so the accepted tokens per step do not cover it")
+    return out
 
 
 def _ticker(console: Console, what: str) -> Callable[[int], None]:
@@ -176,22 +275,3 @@ def _ticker(console: Console, what: str) -> Callable[[int], None]:
             console.print(f"  {what} {n} requests", highlight=False)
 
     return tick
-
-
-def _merge(a: Any, b: Any) -> Any:
-    """One SimulateResult from two over the same workload (methods side by side)."""
-    from specgauge.simulate.run import SegmentResult
-
-    def seg(x: SegmentResult | None, y: SegmentResult | None) -> SegmentResult:
-        xs = x or SegmentResult(summaries=[], predictions=[], best_k={})
-        ys = y or SegmentResult(summaries=[], predictions=[], best_k={})
-        return SegmentResult(summaries=xs.summaries + ys.summaries, predictions=xs.predictions + ys.predictions,
-                             best_k={**xs.best_k, **ys.best_k})
-
-    notes = list(a.notes) + [f"suffix replayed on the first {b.requests_replayed} requests only (pure-Python replay)"] + list(b.notes)
-    return a.model_copy(update={
-        "methods": a.methods + b.methods,
-        "overall": seg(a.overall, b.overall),
-        "segments": {s: seg(a.segments.get(s), b.segments.get(s)) for s in sorted(set(a.segments) | set(b.segments))},
-        "notes": notes,
-    })
