@@ -79,14 +79,16 @@ def start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[str], str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     assert proc.stderr is not None
+    said = []
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
+        said.append(line)
         if "canary proxy on " in line:
             return proc, line.split("canary proxy on ")[1].split()[0]
-        if proc.poll() is not None:
+        if proc.poll() is not None and not line:
             break
     proc.kill()
-    raise SystemExit(f"the canary proxy did not start: {proc.stderr.read()[-2000:]}")
+    raise SystemExit(f"the canary proxy did not start: {''.join(said)[-2000:]}")
 
 
 def main() -> None:
@@ -112,16 +114,18 @@ def main() -> None:
             asyncio.run(batch(url, args.concurrency, args.concurrency, prompt, args.tokens))
             rows = []
             proxy_cpu = 0.0
+            server_cpu = 0.0
             proxy_chunks = 0
             for k in range(args.rounds):
                 order = ("direct", "proxy") if k % 2 == 0 else ("proxy", "direct")
                 res: dict[str, list[RequestRecord]] = {}
                 for side in order:
-                    c0 = cpu_seconds(proxy.pid)
+                    c0, s0 = cpu_seconds(proxy.pid), cpu_seconds(server.pid)
                     res[side] = asyncio.run(batch(upstream if side == "direct" else url, args.requests, args.concurrency,
                                                   prompt, args.tokens))
                     if side == "proxy":
                         proxy_cpu += cpu_seconds(proxy.pid) - c0
+                        server_cpu += cpu_seconds(server.pid) - s0
                         proxy_chunks += sum(len(r.chunks) for r in res[side] if r.ok)
                 bad = {s: sum(not r.ok for r in v) for s, v in res.items()}
                 if any(bad.values()):
@@ -130,11 +134,12 @@ def main() -> None:
                 rows.append({f"{s}_p{q}": pct(t[s], q) for s in t for q in (50, 99)})
             # a fast stream: how many chunks the proxy forwards (and parses, and records) per CPU-second
             fast = f"tokens:{args.fast_tokens} per:1"
-            c0 = cpu_seconds(proxy.pid)
+            c0, s0 = cpu_seconds(proxy.pid), cpu_seconds(server.pid)
             w0 = time.perf_counter()
             recs = asyncio.run(batch(url, 8, 8, fast, args.fast_tokens))
             fast_wall = time.perf_counter() - w0
             fast_cpu = cpu_seconds(proxy.pid) - c0
+            fast_server_cpu = cpu_seconds(server.pid) - s0
             fast_chunks = sum(len(r.chunks) for r in recs if r.ok)
         finally:
             proxy.terminate()
@@ -155,10 +160,14 @@ def main() -> None:
     per_round = ", ".join(f"{r['proxy_p99'] - r['direct_p99']:.2f}" for r in rows)
     print(f"  per round, added p99 (ms): {per_round}")
     print("  goal: p99 added TTFT < 2 ms at 32 concurrent streams")
-    print(f"proxy CPU per 1,000 streamed chunks: {proxy_cpu / max(proxy_chunks, 1) * 1e6:.1f} ms "
-          f"({proxy_chunks} chunks in the proxied rounds)")
-    print(f"fast stream (no delays, 8 x {args.fast_tokens} tokens): {fast_chunks / max(fast_cpu, 1e-9):,.0f} chunks per proxy "
-          f"CPU-second, {fast_cpu / max(fast_chunks, 1) * 1e6:.1f} ms CPU per 1,000 chunks, {fast_chunks / fast_wall:,.0f} chunks/s")
+    n = max(proxy_chunks, 1)
+    print(f"CPU per 1,000 streamed chunks, proxied rounds ({proxy_chunks} chunks): proxy {proxy_cpu / n * 1e6:.1f} ms, "
+          f"the upstream server sending them {server_cpu / n * 1e6:.1f} ms (ratio {proxy_cpu / max(server_cpu, 1e-9):.2f})")
+    n = max(fast_chunks, 1)
+    print(f"fast stream (no delays, 8 x {args.fast_tokens} tokens, {fast_chunks / fast_wall:,.0f} chunks/s): proxy "
+          f"{fast_cpu / n * 1e6:.1f} ms CPU per 1,000 chunks ({fast_chunks / max(fast_cpu, 1e-9):,.0f} chunks per CPU-second), "
+          f"upstream server {fast_server_cpu / n * 1e6:.1f} ms")
+    print("(CPU from /proc at 10 ms resolution; run on a quiet machine: timings on a shared one mostly measure the others)")
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ def test_candidate_failing_mid_run_falls_back_without_client_errors(servers: tup
     assert status["totals"]["client_visible_failures"] == 0 and status["totals"]["retried_on_baseline"] > 0
     events = [e for e in read_events(out / "decisions.jsonl") if e["event"] == "evaluation"]
     last = events[-1]
-    assert last["decision"]["action"] == "rollback" and "failure" in last["decision"]["reason"]
+    assert last["decision"]["action"] == "rollback" and "candidate requests failed" in last["decision"]["reason"]
     fr = next(ch for ch in last["judgement"]["checks"] if ch["name"] == "guardrail:failure_rate")
     assert fr["status"] == "fail" and fr["evidence"]["kinds"] == {"http_status": fr["evidence"]["failed"]}
 

@@ -105,6 +105,10 @@ def test_too_few_samples_is_inconclusive() -> None:
     assert j.outcome is Outcome.INCONCLUSIVE and "baseline 5 of 20" in j.reasons[-1]
     j = judge_window(WindowInput(baseline=[], candidate=[]), CFG)
     assert j.outcome is Outcome.INCONCLUSIVE
+    # 4 a side pass min_samples=4, but at 99 % confidence give no bounded interval: still no verdict, never a pass
+    j = judge_window(WindowInput(baseline=samples(4), candidate=samples(4, scale=10.0)), JudgeConfig(min_samples=4))
+    assert j.outcome is Outcome.INCONCLUSIVE and check(j, "relative:tpot").evidence.get("unbounded")
+    assert "bounded interval" in j.reasons[-1]
 
 
 def test_last_step_judges_the_candidate_alone() -> None:

@@ -45,7 +45,7 @@ def check_steps(steps: list[float], flag: str = "--steps") -> list[float]:
         raise ConfigError(f"{flag}: give at least one step, e.g. 1,5,25,50,100")
     if any(not 0 < s <= 100 for s in steps):
         raise ConfigError(f"{flag} {steps}: every step is a percentage in (0, 100]")
-    if any(b <= a for a, b in zip(steps, steps[1:])):
+    if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
         raise ConfigError(f"{flag} {steps}: steps must increase")
     return steps
 

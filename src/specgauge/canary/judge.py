@@ -23,8 +23,8 @@ Order (``judge_window``):
    - failures: Fisher's exact test, one-sided (the candidate fails more often), p < α fails;
    - outputs: exact-match rate of greedy (temperature 0) pairs — mirrored requests in shadow mode,
      equal request bodies seen on both sides in live mode — fails above ``max_divergence``.
-3. **Too few samples**: fewer than ``min_samples`` successful requests on a side → INCONCLUSIVE
-   (hold; never promote). Guardrails and the failure tests still act on small samples: their
+3. **Too few samples**: fewer than ``min_samples`` successful requests on a side, or too few values
+   for a bounded interval at the chosen confidence → INCONCLUSIVE (hold; never promote). Guardrails and the failure tests still act on small samples: their
    tests account for the sample size.
 4. **Score and outcome**: score = 100 × passed / decided checks. FAIL when a guardrail failed or
    the score is below ``pass_score``; ``critical`` is set when a critical guardrail failed.
@@ -196,6 +196,12 @@ def _relative_metric(metric: str, base: list[float], cand: list[float], cfg: Jud
                 Check(name=f"relative:{metric}_p95", kind="relative", status="skipped", reason=why, evidence=ev)], None
     hl = hodges_lehmann(base, cand, confidence=cfg.confidence, log=True, seed=cfg.seed)  # ratio candidate/baseline
     ratio, r_lo, r_hi = hl.estimate, hl.low, hl.high
+    if r_lo <= 0 or not math.isfinite(r_hi):  # too few values for an interval at this confidence: no verdict
+        why = (f"{word}: {len(base)} baseline and {len(cand)} candidate values give no bounded "
+               f"{cfg.confidence:.0%} interval; more are needed")
+        ev = {"n_baseline": len(base), "n_candidate": len(cand), "unbounded": True}
+        return [Check(name=f"relative:{metric}", kind="relative", status="skipped", reason=why, evidence=ev),
+                Check(name=f"relative:{metric}_p95", kind="relative", status="skipped", reason=why, evidence=ev)], None
     s_est = 1.0 / ratio
     s_lo = 1.0 / r_hi if r_hi > 0 and math.isfinite(r_hi) else 0.0
     s_hi = 1.0 / r_lo if r_lo > 0 else math.inf
@@ -292,7 +298,8 @@ def judge_window(inp: WindowInput, cfg: JudgeConfig) -> Judgement:
     failed = [c for c in checks if c.status == "fail"]
     critical = any(c.critical for c in failed)
     guard_failed = any(c.kind == "guardrail" for c in failed)
-    too_few = len(c_ok) < cfg.min_samples or (inp.baseline_expected and len(b_ok) < cfg.min_samples)
+    unbounded = [c for c in checks if c.status == "skipped" and c.evidence.get("unbounded")]
+    too_few = len(c_ok) < cfg.min_samples or (inp.baseline_expected and len(b_ok) < cfg.min_samples) or bool(unbounded)
     reasons = [c.reason for c in failed]
     if critical or guard_failed or (score is not None and score < cfg.pass_score):
         outcome = Outcome.FAIL
@@ -302,7 +309,10 @@ def judge_window(inp: WindowInput, cfg: JudgeConfig) -> Judgement:
         outcome = Outcome.INCONCLUSIVE
         need = [f"{side} {n} of {cfg.min_samples}" for side, n in (("candidate", len(c_ok)), ("baseline", len(b_ok)))
                 if n < cfg.min_samples and (side == "candidate" or inp.baseline_expected)]
-        reasons.append("too few successful requests to judge (" + ", ".join(need) + ")")
+        if need:
+            reasons.append("too few successful requests to judge (" + ", ".join(need) + ")")
+        else:
+            reasons.append("too few values for a bounded interval: " + "; ".join(c.reason for c in unbounded[::2]))
     else:
         outcome = Outcome.PASS
         reasons.append(f"score {score:.0f}: no guardrail failed, no regression shown" if score is not None else "no check failed")

@@ -10,7 +10,7 @@
 - ``specgauge_canary_ttft_seconds{upstream}``, ``specgauge_canary_e2e_seconds{upstream}``: histograms
 - ``specgauge_canary_candidate_acceptance_rate``: accepted / drafted tokens in the last judged window
 - ``specgauge_canary_greedy_exact_match_ratio``: exact-match rate of greedy output pairs, whole run
-- ``specgauge_canary_shadow_skipped_total``: mirrored copies not sent (too many in flight)
+- ``specgauge_canary_shadow_skipped``: mirrored copies not sent so far (too many in flight)
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class ProxyMetrics:
         self.e2e = Histogram("specgauge_canary_e2e_seconds", "Request end-to-end latency, per upstream", ["upstream"], buckets=_BUCKETS, registry=r)
         self.acceptance = Gauge("specgauge_canary_candidate_acceptance_rate", "Candidate draft acceptance (accepted/drafted) in the last judged window", registry=r)
         self.exact_match = Gauge("specgauge_canary_greedy_exact_match_ratio", "Exact-match rate of greedy output pairs over the run", registry=r)
-        self.shadow_skipped = Counter("specgauge_canary_shadow_skipped", "Mirrored copies not sent: too many in flight", registry=r)
+        self.shadow_skipped = Gauge("specgauge_canary_shadow_skipped", "Mirrored copies not sent so far: too many in flight", registry=r)
         self.acceptance.set(float("nan"))
         self.exact_match.set(float("nan"))
 

@@ -355,6 +355,8 @@ class Proxy:
         except (aiohttp.ClientError, ConnectionError, OSError) as e:
             kind, msg, _ = classify_failure(e, self.timeout_s)
             failure = (kind, msg)
+        except Exception as e:  # a mirrored copy must never disturb anything: whatever went wrong is its failure
+            failure = (FailureKind.connection_error, f"{type(e).__name__}: {e}")
         rec = self._record(req, cap, up.side, Role.shadow, started, failure, status, e2e, retried=False, bytes_sent=False)
         self._emit(up.side, Role.shadow, rec, req, client_err=client_error(status))
 

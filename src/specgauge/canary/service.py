@@ -21,14 +21,25 @@ from aiohttp import web
 
 from specgauge.canary.config import CanaryConfig, public_url
 from specgauge.canary.controller import (
-    Action, CanaryStateError, Controller, Decision, StateFile, fingerprint,
+    Action,
+    CanaryStateError,
+    Controller,
+    Decision,
+    StateFile,
+    fingerprint,
 )
 from specgauge.canary.eventlog import DecisionLog, clean
 from specgauge.canary.judge import Judgement, WindowInput, judge_window
 from specgauge.canary.metrics import ProxyMetrics
 from specgauge.canary.observe import Role, Side
 from specgauge.canary.proxy import Proxy, Upstream
-from specgauge.canary.summary import CanaryResult, RunTotals, WindowRow, build_result, window_latency
+from specgauge.canary.summary import (
+    CanaryResult,
+    RunTotals,
+    WindowRow,
+    build_result,
+    window_latency,
+)
 from specgauge.canary.window import Pairing, Window
 from specgauge.errors import UserError
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
@@ -151,6 +162,8 @@ class CanaryService:
                            session_header=cfg.session_header, hash_seed=cfg.hash_seed, timeout_s=cfg.timeout_s,
                            first_byte_timeout_s=cfg.first_byte_timeout_s, shadow_max_inflight=cfg.shadow_max_inflight,
                            tag_responses=cfg.tag_responses, metrics_body=self.metrics.render, metrics_type=self.metrics.content_type)
+        proxy = self.proxy
+        self.metrics.shadow_skipped.set_function(lambda: float(proxy.shadow_skipped))
         self._runner = web.AppRunner(self.proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
@@ -314,7 +327,10 @@ class CanaryService:
                 self.metrics.acceptance.set(spec.acceptance_rate)
             self._update_metrics()
             if d.new_window or w.age() >= self.cfg.max_window_intervals * self.cfg.interval_s * 0.999:
-                self.window = Window(weight=ctl.weight, snapshot=snap)
+                nw = Window(weight=ctl.weight, snapshot=snap)
+                for side, judged in ((Side.baseline, inp.baseline), (Side.candidate, inp.candidate)):
+                    nw.samples[side] = w.samples[side][len(judged):]  # finished while the judge ran: the next window's
+                self.window = nw
             return clean(event)
 
     def _update_metrics(self) -> None:

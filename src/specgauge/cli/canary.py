@@ -15,7 +15,7 @@ import typer
 from specgauge.cli.common import console, err_console, user_errors
 
 
-def _names(text: str, flag: str) -> list[str]:
+def _names(text: str) -> list[str]:
     return [] if text.strip().lower() in ("", "none") else [s.strip() for s in text.split(",") if s.strip()]
 
 
@@ -93,8 +93,8 @@ def canary(
             judge=JudgeConfig(
                 guardrails=Guardrails(max_failure_rate=max_failure_rate, ttft_p95_ms=ttft_p95_ms, tpot_p95_ms=tpot_p95_ms,
                                       e2e_p95_ms=e2e_p95_ms, min_acceptance_rate=min_acceptance_rate,
-                                      min_draft_tokens=min_draft_tokens, critical=_names(critical, "--critical")),
-                metrics=_names(metrics, "--metrics"), speed_metric=speed_metric, min_samples=min_samples,
+                                      min_draft_tokens=min_draft_tokens, critical=_names(critical)),
+                metrics=_names(metrics), speed_metric=speed_metric, min_samples=min_samples,
                 min_speedup=min_speedup, confidence=confidence, alpha=alpha, max_divergence=max_divergence,
                 min_pairs=min_pairs, pass_score=pass_score,
             ),
