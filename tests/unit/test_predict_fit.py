@@ -156,3 +156,38 @@ def test_profile_round_trip_and_bad_files(tmp_path: Path) -> None:
         StepCostProfile.load(bad)
     with pytest.raises(ProfileError, match="no results.jsonl"):
         fit_profile([tmp_path / "nowhere"])
+
+
+def test_merged_chunks_are_spread_over_the_steps_they_carried(tmp_path: Path) -> None:
+    """vLLM merges a stream's outputs when the client reads slower than the engine steps: a chunk then
+    carries several steps. The fit still recovers the law when chunks of some requests are merged."""
+    dirs = calibration(tmp_path, "flattened")
+    for d in dirs[:2]:  # baseline runs: merge every third pair of decode chunks of every other request
+        recs = ResultsFile(d / "results.jsonl").existing()
+        for r in recs[::2]:
+            ch = list(r.chunks)
+            out = [ch[0]]
+            i = 1
+            while i < len(ch):
+                if i % 3 == 1 and i + 1 < len(ch):
+                    out.append(Chunk(ch[i + 1].t, ch[i].n + ch[i + 1].n))
+                    i += 2
+                else:
+                    out.append(ch[i])
+                    i += 1
+            r.chunks = out
+        (d / "results.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in recs))
+    prof = fit_profile(dirs, bootstrap=0)
+    assert any("several engine steps" in n for n in prof.notes)
+    for name in ("a", "r", "b", "host[ngram]"):
+        assert prof.params[name] == pytest.approx(LAW[name], rel=0.05), name
+
+
+def test_step_grid_by_hand() -> None:
+    from specgauge.predict.observe import step_grid
+
+    # prefill at 0, then chunks at 1 (1 token), 3 (2 tokens: two steps of 1 s each), 4 (1 token)
+    grid, toks, merged, first = step_grid(np.asarray([0.0, 1.0, 3.0, 4.0]), np.asarray([1, 1, 2, 1]), 4)
+    assert grid.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and toks.tolist() == [1, 1, 1, 1, 1] and merged and not first
+    grid, toks, merged, _ = step_grid(np.asarray([0.0, 1.0, 2.0]), np.asarray([1, 3, 1]), 2)
+    assert grid.tolist() == [0.0, 1.0, 2.0] and toks.tolist() == [1, 3, 1] and not merged  # 3 tokens, one step

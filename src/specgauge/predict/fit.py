@@ -187,6 +187,7 @@ def fit_profile(
         if rows.skipped:
             notes.append(f"{rd.name}: left out {sum(rows.skipped.values())} request(s): "
                          + ", ".join(f"{k} ({v})" for k, v in rows.skipped.items()))
+        notes += [f"{rd.name}: {n}" for n in rows.notes]
         if rows.drafted_source.get("request mean"):
             notes.append(f"{rd.name}: {rows.drafted_source['request mean']} request(s) without per-step drafts: "
                          "their mean drafted tokens per step used (the padded shape's max is then approximate)")

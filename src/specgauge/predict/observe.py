@@ -99,15 +99,18 @@ def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
 @dataclass
 class RequestObs:
     rec: RequestRecord
-    times: np.ndarray  # (S+1,) absolute chunk arrival times, s after run start
-    tokens: np.ndarray  # (S+1,) tokens per chunk
+    times: np.ndarray  # (chunks,) chunk arrival times, s after the run's first send
+    grid: np.ndarray  # (S+1,) end of its prefill step, then of each of its S decode steps
+    grid_tokens: np.ndarray  # (S+1,) tokens emitted at each of those steps
     prompt: int
     drafted: np.ndarray  # (S,) drafted tokens per decode step (float when only a mean is known)
     drafted_exact: bool
+    merged: bool = False  #: some chunks carried several engine steps (their step ends are interpolated)
+    first_merged: bool = False  #: the first chunk carried decode steps too: the prefill step's end is unknown
 
     @property
     def steps(self) -> int:
-        return len(self.times) - 1
+        return len(self.grid) - 1
 
 
 @dataclass
@@ -130,23 +133,85 @@ def _spec_dict(rec: RequestRecord) -> dict[str, Any]:
     return sd if isinstance(sd, dict) else {}
 
 
-def _trace_matches(tr: PlannedRequest, tokens: np.ndarray, rec: RequestRecord) -> bool:
-    """The replayed trace is what this request did live: same steps, same tokens per step, same counts."""
-    if len(tr.drafted) != len(tokens) - 1 or tr.output_tokens != int(tokens.sum()):
+def _trace_matches(tr: PlannedRequest, rec: RequestRecord, steps: int, tokens: np.ndarray | None) -> bool:
+    """The replayed trace is what this request did live: same steps and totals as the server's counts,
+    and (``tokens``: one chunk per step) the same tokens at every step."""
+    if len(tr.drafted) != steps or tr.output_tokens != (rec.output_tokens or 0):
         return False
-    remaining = tr.output_tokens - 1
-    for a, n in zip(tr.accepted.tolist(), tokens[1:].tolist(), strict=True):
-        if n != min(a + 1, remaining):
-            return False
-        remaining -= n
     s = rec.spec
-    if s is not None and s.draft_tokens is not None and s.draft_tokens != int(tr.drafted.sum()):
+    if s is not None and ((s.draft_tokens is not None and s.draft_tokens != int(tr.drafted.sum()))
+                          or (s.accepted_tokens is not None and s.accepted_tokens != int(tr.accepted.sum()))):
         return False
+    if tokens is not None:
+        remaining = tr.output_tokens - 1
+        for a, n in zip(tr.accepted.tolist(), tokens[1:].tolist(), strict=True):
+            if n != min(a + 1, remaining):
+                return False
+            remaining -= n
     return True
 
 
+def engine_steps(rec: RequestRecord, tokens: np.ndarray, speculative: bool) -> int:
+    """Decode steps the request took: each emits accepted + 1 tokens, so output − 1 − accepted (the
+    server counts acceptance before cutting at max_tokens, so that is a lower bound), and at least one
+    per streamed chunk after the first."""
+    out = int(rec.output_tokens or tokens.sum())
+    chunk_steps = len(tokens) - 1 + (1 if tokens[0] > 1 else 0)
+    if not speculative:
+        return out - 1
+    s = rec.spec
+    if s is None or s.accepted_tokens is None:
+        return chunk_steps
+    return max(out - 1 - s.accepted_tokens, chunk_steps)
+
+
+def step_grid(times: np.ndarray, tokens: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, bool, bool]:
+    """Step ends and tokens per step from chunk arrivals, when a chunk may carry several engine steps
+    (vLLM merges a request's outputs when its stream is read slower than the engine steps). Extra steps
+    go to the chunks whose gaps are longest per step (at most one step per token); inside a chunk the
+    step ends are spread evenly. A first chunk with decode tokens gets its share by tokens and its
+    prefill end is unknown (``first_merged``)."""
+    first_merged = bool(tokens[0] > 1)
+    n_chunks = len(tokens)
+    counts = np.ones(n_chunks, dtype=np.int64)
+    counts[0] = 0  # chunk 0: the prefill step (no decode step) unless merged
+    cap = tokens.astype(np.int64).copy()
+    cap[0] = tokens[0] - 1
+    if first_merged:
+        counts[0] = 1
+    extra = steps - int(counts.sum())
+    gaps = np.diff(times)
+    base = float(np.median(gaps)) if gaps.size else 1.0
+    dur = np.concatenate([[base], gaps]) if gaps.size else np.asarray([base])
+    while extra > 0:
+        room = counts < cap
+        if not room.any():
+            break
+        per = np.where(room, dur / np.maximum(counts, 1), -1.0)
+        m = int(np.argmax(per))
+        counts[m] += 1
+        extra -= 1
+    merged = bool((counts[1:] > 1).any()) or first_merged
+    ends = [float(times[0])]
+    toks = [1]
+    for m in range(n_chunks):
+        c = int(counts[m])
+        if m == 0:
+            if c:  # decode steps inside the first chunk: their times are unknown, put them at its arrival
+                toks[0] = 1
+                share = [(tokens[0] - 1) // c + (1 if i < (tokens[0] - 1) % c else 0) for i in range(c)]
+                ends += [float(times[0])] * c
+                toks += share
+            continue
+        t0, t1 = float(times[m - 1]), float(times[m])
+        share = [int(tokens[m]) // c + (1 if i < int(tokens[m]) % c else 0) for i in range(c)]
+        ends += [t0 + (t1 - t0) * (i + 1) / c for i in range(c)]
+        toks += share
+    return np.asarray(ends), np.asarray(toks, dtype=np.int64), merged, first_merged
+
+
 def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref: float = 0.0) -> tuple[RequestObs | None, str]:
-    """One request's chunk timeline (s after ``t_ref``, Unix time: a resumed run's sessions line up)
+    """One request's step timeline (s after ``t_ref``, Unix time: a resumed run's sessions line up)
     and per-step drafted tokens, or why it cannot be used."""
     if not rec.ok or rec.e2e_s is None or len(rec.chunks) < 1:
         return None, "failed or empty"
@@ -154,20 +219,26 @@ def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref
     tokens = np.asarray([c.n for c in rec.chunks], dtype=np.int64)
     if rec.prompt_tokens is None:
         return None, "no prompt token count (usage)"
-    if (tokens <= 0).any() or tokens[0] != 1:
-        return None, "a chunk that is not one engine step (no tokens, or several in the first)"
+    if (tokens <= 0).any():
+        return None, "a streamed chunk without tokens (no per-chunk usage)"
     if rec.output_tokens is not None and int(tokens.sum()) != rec.output_tokens:
         return None, "chunk token counts do not add up to usage"
-    s = len(tokens) - 1
+    s = engine_steps(rec, tokens, rd.method is not None)
+    grid, gtok, merged, first_merged = step_grid(times, tokens, s)
+    s = len(grid) - 1
+
+    def obs(drafted: np.ndarray, exact: bool) -> RequestObs:
+        return RequestObs(rec, times, grid, gtok, rec.prompt_tokens or 0, drafted, exact, merged, first_merged)
+
     if rd.method is None:
-        return RequestObs(rec, times, tokens, rec.prompt_tokens, np.zeros(s), True), "none"
+        return obs(np.zeros(s), True), "none"
     per = _spec_dict(rec).get("per_step_drafted")
     if isinstance(per, list) and len(per) == s:
-        return RequestObs(rec, times, tokens, rec.prompt_tokens, np.asarray(per, dtype=float), True), "server per-step"
-    if trace is not None and _trace_matches(trace, tokens, rec):
-        return RequestObs(rec, times, tokens, rec.prompt_tokens, trace.drafted.astype(float), True), "replay"
+        return obs(np.asarray(per, dtype=float), True), "server per-step"
+    if trace is not None and _trace_matches(trace, rec, s, None if merged else tokens):
+        return obs(trace.drafted.astype(float), True), "replay"
     if rec.spec is not None and rec.spec.draft_tokens is not None and s > 0:
-        return RequestObs(rec, times, tokens, rec.prompt_tokens, np.full(s, rec.spec.draft_tokens / s), False), "request mean"
+        return obs(np.full(s, rec.spec.draft_tokens / s), False), "request mean"
     return None, "no drafted-token count (run the server with --per-request-spec-decode-metrics)"
 
 
@@ -193,14 +264,21 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
             rows.drafted_source[why] = rows.drafted_source.get(why, 0) + 1
     if not obs:
         return rows, obs
-    starts = np.asarray([o.times[0] for o in obs])
-    ends = np.asarray([o.times[-1] for o in obs])
+    starts = np.asarray([o.grid[0] for o in obs])
+    ends = np.asarray([o.grid[-1] for o in obs])
     sents = np.asarray([o.rec.started_at - t_ref for o in obs])
     all_times = np.sort(np.concatenate([o.times for o in obs]))
-    cum = [np.concatenate([[0], np.cumsum(o.tokens)]) for o in obs]  # cum[j][m] = tokens emitted before chunk m
+    cum = [np.concatenate([[0], np.cumsum(o.grid_tokens)]) for o in obs]  # cum[j][m] = tokens emitted before step m
+    merged = sum(o.merged for o in obs)
+    if merged:
+        rows.notes.append(f"{merged} request(s) had chunks carrying several engine steps (the server merges a stream's "
+                          "outputs when it is read slower than it steps): their step ends were spread evenly")
     for i, oi in enumerate(obs):
-        tau = oi.times
+        tau = oi.grid
         S = oi.steps
+        if oi.first_merged:  # its prefill step's end is unknown: no row of its own (it still counts beside others)
+            rows.skipped["first chunk carried decode steps too"] = rows.skipped.get("first chunk carried decode steps too", 0) + 1
+            continue
         # --- TTFT row: the server was idle when this request arrived
         g0 = (tau[1] - tau[0]) / 2 if S >= 1 else 0.005
         # chunks of anyone in (sent, end of its prefill step]: its own first chunk only -> the server was idle
@@ -230,11 +308,11 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
             if j == i:
                 continue
             oj = obs[j]
-            if lo < oj.times[0] <= hi:  # prefilled during one of i's steps
-                s = int(_nearest(grid, np.asarray([oj.times[0]]))[0]) if S > 1 else 0
+            if lo < oj.grid[0] <= hi and not oj.first_merged:  # prefilled during one of i's steps
+                s = int(_nearest(grid, np.asarray([oj.grid[0]]))[0]) if S > 1 else 0
                 ptok[s] += oj.prompt
                 preq[s] += 1
-            u = oj.times[1:]
+            u = oj.grid[1:]
             sel = np.flatnonzero((u > lo) & (u <= hi))
             if sel.size == 0:
                 continue
