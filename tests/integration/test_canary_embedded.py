@@ -42,15 +42,16 @@ PROMPTS = ["Summarise: the printer on floor 3 jams every morning.", "Review: def
            "Answer from the context: the office opens at 9.", "List the errors in: timeout, timeout, refused.",
            "Write a one-line status update for the on-call channel."]
 MODEL = "tiny-target"
+KEY = "sk-embedded-canary-key"  #: both servers require it: the proxy must pass the client's key through
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     logs = tmp_path_factory.mktemp("canary-servers")
-    base = embedded_server(target_dir(), logs / "baseline.log", max_batch=4)
+    base = embedded_server(target_dir(), logs / "baseline.log", max_batch=4, extra=("--api-key", KEY))
     # n-gram drafting: cheap enough on 2 CPU cores (the draft model makes this tiny target ~2x slower here,
     # which the judge rightly rolls back)
-    cand = embedded_server(target_dir(), logs / "candidate.log", max_batch=4,
+    cand = embedded_server(target_dir(), logs / "candidate.log", max_batch=4, extra=("--api-key", KEY),
                            speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2,
                                                "prompt_lookup_max": 3})
     started: list[ManagedServer] = []
@@ -72,7 +73,7 @@ def drive(url: str, until: Callable[[dict[str, Any]], bool], *, sessions: int, d
     lock = threading.Lock()
     stop = threading.Event()
     counter = iter(range(10**9))
-    client = openai.OpenAI(base_url=url + "/v1", api_key="sk-embedded", max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
 
     def one() -> None:
         while not stop.is_set():
@@ -154,9 +155,12 @@ def test_healthy_candidate_climbs_to_100_sticky_and_split_by_weight(servers: tup
     assert acc and 0.0 <= acc[0] <= 1.0
     windows = [e["window"]["acceptance"] for e in events if e["event"] == "evaluation" and e["window"]["acceptance"]]
     assert windows and sum(w["draft_tokens"] for w in windows) > 0
-    assert {w["source"] for w in windows} == {"embedded:/metrics"}
+    assert all(w["source"].endswith(":/metrics") for w in windows)  # the counters, not per-request counts
     evals = [e for e in events if e["event"] == "evaluation" and e["window"]["weight"] < 100]
     assert any(any(ch["name"] == "guardrail:failure_rate" for ch in e["judgement"]["checks"]) for e in evals)
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert KEY not in f.read_text(errors="replace"), f  # passed through, never written
 
 
 def test_shadow_mirrors_and_compares_greedy_outputs(servers: tuple[str, str], tmp_path: Path) -> None:

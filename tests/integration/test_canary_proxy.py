@@ -64,6 +64,8 @@ def test_stream_bytes_identical_and_unbuffered(pair: tuple[FakeServer, FakeServe
                 if seen.count(b"data: ") >= 3:
                     break
         assert b"t0 " in seen and b"t2 " in seen and b"[DONE]" not in seen
+        models = httpx.get(cy.base_url + "/v1/models", timeout=10)  # any other path: the baseline, untouched
+        assert models.json()["data"][0]["id"] == "m" and models.headers[TAG_HEADER] == "baseline"
 
 
 def test_candidate_failures_before_the_first_byte_are_served_by_the_baseline(pair: tuple[FakeServer, FakeServer],
