@@ -183,10 +183,11 @@ class CanaryService:
         if saved is not None and saved.fingerprint != fp:
             raise CanaryStateError(f"{self._state_file.path}: the saved state belongs to another canary (other upstreams, "
                                    "steps or mode); use another --out-dir or pass --reset-state")
+        cap = 100.0 if cfg.shadow else cfg.max_weight_without_speedup  # mirroring exposes nobody: no speedup needed
         if saved is not None:
-            self.controller = Controller(cfg.steps, cfg.failure_limit, cfg.max_weight_without_speedup, saved)
+            self.controller = Controller(cfg.steps, cfg.failure_limit, cap, saved)
         else:
-            self.controller = Controller.fresh(cfg.steps, cfg.failure_limit, cfg.max_weight_without_speedup, fp)
+            self.controller = Controller.fresh(cfg.steps, cfg.failure_limit, cap, fp)
             self._state_file.save(self.controller.state)
 
     @property
