@@ -88,9 +88,9 @@ def test_partition_by_gives_each_value_its_own_suffix_cache(tmp_path: Path) -> N
         for s in alone.overall.summaries:
             assert got[(s.method, s.k)].accepted_tokens == s.accepted_tokens, (seg, s.method, s.k)
             assert got[(s.method, s.k)].draft_tokens == s.draft_tokens
-    ngram = lambda r: [(s.k, s.accepted_tokens, s.draft_tokens) for s in r.overall.summaries if s.method == "ngram"]  # noqa: E731
+    ngram = lambda r: [(s.k, s.accepted_tokens, s.draft_tokens) for s in r.overall.summaries if s.method == "ngram"]
     assert ngram(whole) == ngram(parted)
-    suffix = lambda r: [s.accepted_tokens for s in r.overall.summaries if s.method == "suffix"]  # noqa: E731
+    suffix = lambda r: [s.accepted_tokens for s in r.overall.summaries if s.method == "suffix"]
     assert suffix(whole) != suffix(parted)  # separate caches learn less: the option really changes the replay
 
 
@@ -119,7 +119,7 @@ def test_reader_rows_keep_workload_order_and_errors_in_place(tmp_path: Path) -> 
     file order with FILE:LINE, so the driver raises or counts them where a single pass would."""
     import pyarrow as pa
 
-    from specgauge.scale.replay_tasks import SEQ_SHIFT, rebuild_error, read_files
+    from specgauge.scale.replay_tasks import SEQ_SHIFT, read_files, rebuild_error
 
     good = {"request": {"id": "a1", "prompt": [1, 2, 3, 1, 2]}, "response": {"output_token_ids": [3, 1, 2, 3], "prompt_token_ids": [1, 2, 3, 1, 2]}}
     lines = [json.dumps(good), "{not json", json.dumps({**good, "request": {**good["request"], "id": "a2"}}),

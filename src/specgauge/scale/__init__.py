@@ -31,7 +31,7 @@ def require_ray() -> ModuleType:
     """``ray``, or a ScaleError saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401  (the [data] extra: pyarrow, pandas)
+        import ray.data
     except ImportError as e:
         raise ScaleError(f"Ray is not installed ({e.name or e}); {INSTALL_HINT}") from None
     return ray

@@ -36,7 +36,7 @@ import numpy as np
 
 from specgauge import __version__
 from specgauge.loadgen.dialects import Dialect, get_dialect
-from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+from specgauge.loadgen.runner import SPIN_S, Runner, RunnerSettings, new_session
 from specgauge.records import FailureKind, RequestRecord
 from specgauge.scale import ScaleError, require_ray
 from specgauge.scale.cluster import ClusterInfo, connect, disconnect
@@ -88,32 +88,36 @@ class LoadWorker:
         sent: list[list[Any]] = []
         done: list[str] = []
         wake = asyncio.Event()
-
-        def on_send(index: int, sent_s: float, ready_s: float | None) -> None:
-            sent.append([index, sent_s, ready_s])
-            wake.set()
-
-        def on_record(rec: RequestRecord) -> None:
-            rec.extra["loadgen_worker"] = self.worker
-            done.append(rec.model_dump_json())
-            wake.set()
+        reqs = [(i, Request.model_validate_json(r), at) for i, r, at in plan]
+        start_perf = time.perf_counter() + (t0_wall + offset_s - time.time())  # the global start, this clock
 
         async with new_session(max_concurrency) as session:
+            runner: _MarkingRunner
+
+            def late() -> float:  # Runner.run starts its clock when called: at the global start, or after it
+                return runner.t0_perf - start_perf
+
+            def on_send(index: int, sent_s: float, ready_s: float | None) -> None:
+                sent.append([index, sent_s + late(), None if ready_s is None else ready_s + late()])
+                wake.set()
+
+            def on_record(rec: RequestRecord) -> None:
+                # times from the global start and in the driver's clock (scheduled_s already is)
+                rec.sent_s += late()
+                if rec.ready_s is not None:
+                    rec.ready_s += late()
+                rec.started_at -= offset_s
+                rec.extra["loadgen_worker"] = self.worker
+                done.append(rec.model_dump_json())
+                wake.set()
+
             runner = _MarkingRunner(settings, self.dialect, session, on_record, on_send=on_send)
-            start_perf = time.perf_counter() + (t0_wall + offset_s - time.time())
-            runner.t0_perf, runner.t0_wall = start_perf, t0_wall
-            late = max(0.0, time.perf_counter() - start_perf)
-            reqs = [(i, Request.model_validate_json(r), at) for i, r, at in plan]
-
-            async def dispatch() -> None:
-                loop = asyncio.get_running_loop()
-                tasks = []
-                for index, req, at in reqs:
-                    await runner._until(start_perf + at)
-                    tasks.append(loop.create_task(runner.send(req, index, at)))
-                await asyncio.gather(*tasks)
-
-            task = asyncio.get_running_loop().create_task(dispatch())
+            delay = start_perf - time.perf_counter() - SPIN_S
+            if delay > 0:
+                await asyncio.sleep(delay)
+            while time.perf_counter() < start_perf:
+                await asyncio.sleep(0)
+            task = asyncio.get_running_loop().create_task(runner.run(reqs))  # specgauge's single-host send loop
             try:
                 while True:
                     if sent or done:
@@ -133,7 +137,7 @@ class LoadWorker:
             finally:
                 if not task.done():
                     task.cancel()
-        yield {"late_start_s": late, "cpu_s": time.process_time() - cpu0}
+        yield {"late_start_s": max(0.0, late()), "cpu_s": time.process_time() - cpu0}
 
 
 @dataclass

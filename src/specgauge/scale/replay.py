@@ -22,6 +22,7 @@ Plan (workers in ``replay_tasks``):
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import time
@@ -95,7 +96,7 @@ class RayReplayReport(BaseModel):
 
 
 class _Sums:
-    __slots__ = ("n", "acc", "dtok", "drafts", "first", "last")
+    __slots__ = ("acc", "drafts", "dtok", "first", "last", "n")
 
     def __init__(self) -> None:
         self.n = self.acc = self.dtok = self.drafts = 0
@@ -157,8 +158,7 @@ def simulate_on_ray(
 def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list[Any], labels: list[str],
          paths: list[Path], kinds: dict[Path, str], cluster: str, cpus: float, on_request: Callable[[int], None] | None,
          t0: float) -> tuple[SimulateResult, RayReplayReport]:
-    ray = require_ray()
-    import ray.data
+    ray = require_ray()  # with ray.data imported
 
     from specgauge.scale import replay_tasks as T
 
@@ -189,7 +189,10 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
         stage = "stateless tasks"
 
     # stream-ordered methods: tasks over the ordered record blocks
-    groups = rcfg.stream_groups or (max(1, int(cpus)) if cfg.partition_by else 1)
+    # k (and the method) already make len(ordered) x len(ks) independent streams; more groups of
+    # partitions only where that is fewer than the cluster can run (each task reads every block)
+    want = max(1, int(cpus)) * 2
+    groups = rcfg.stream_groups or (max(1, -(-want // max(1, len(ordered) * len(cfg.ks)))) if cfg.partition_by else 1)
     stream_task = ray.remote(num_returns="streaming", num_cpus=1)(T.replay_streams)
     gens: list[Any] = []
     checks: list[Any] = []
@@ -203,7 +206,7 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
             n = len(item_seqs)
             cuts = [item_seqs[(j * n) // rcfg.split_streams] for j in range(1, rcfg.split_streams) if (j * n) // rcfg.split_streams < n]
             bounds = [0, *cuts, None]
-            plan = [(lo, hi, lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+            plan = [(lo, hi, lo) for lo, hi in itertools.pairwise(bounds)]
             kw["block_ranges"] = [(lo, hi) for lo, hi, _ in ranges]
             if cuts:
                 c_idx = item_seqs.index(cuts[0])
@@ -257,12 +260,7 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
                 for r in rows[1:]:
                     if r["role"] == "error":
                         raise T.rebuild_error(r)
-                    tally.add(RequestAcceptance(
-                        request_id=r["id"], segment=r["segment"], method=labels[r["midx"]], k=r["k"],
-                        output_tokens=r["output_tokens"], steps=r["steps"], drafts=r["drafts"],
-                        draft_tokens=r["draft_tokens"], accepted_tokens=r["accepted_tokens"],
-                        per_position=r["per_position"], acceptance_histogram=r["histogram"], exact=r["exact"],
-                    ))
+                    tally.add(RequestAcceptance.model_validate_json(r["ra"]))
                     if window is not None and window[0] <= seq < window[1] and r["midx"] in ordered:
                         split_rows[(seq, r["midx"], r["k"])] = r
                 n = tally.end_request()
@@ -308,10 +306,8 @@ def _cancel(gens: list[Any]) -> None:
     """Stops stream tasks whose rows are no longer needed (an error, or --limit reached)."""
     ray = require_ray()
     for g in gens:
-        try:
+        with contextlib.suppress(Exception):  # a finished generator cannot be cancelled; nothing to stop
             ray.cancel(g)
-        except Exception:  # noqa: BLE001 — a finished generator cannot be cancelled; nothing to stop
-            pass
 
 
 def _pct(x: float | None) -> str:

@@ -7,14 +7,16 @@ Everything is data in Arrow tables with fixed schemas, so Ray Data can move and 
   wrong (``idserror``), or a bad line (``error`` when loading stops there, ``skip`` under
   --skip-invalid). Errors travel as rows, not exceptions, so the driver raises the first one *in
   workload order*, exactly where the single-process run would.
-- ``ROWS``: one header row per record (``midx`` -1) and one result row per (record, method, k), with
-  the fields of ``RequestAcceptance``; sorted by (seq, midx, k) they are the single-process order.
+- ``ROWS``: one header row per record (``midx`` -1) and one result row per (record, method, k)
+  carrying its ``RequestAcceptance`` as JSON (whatever fields it grows travel unchanged); sorted by
+  (seq, midx, k) they are the single-process order.
 
 ``seq`` = file index << 32 | record ordinal in the file: the workload order.
 """
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -51,8 +53,8 @@ ROWS = pa.schema([
     ("kind", pa.string()), ("id", pa.string()), ("source", pa.string()), ("segment", pa.string()),
     ("exact", pa.bool_()), ("match", pa.int8()),
     ("err_class", pa.string()), ("err_field", pa.string()), ("err_msg", pa.string()),
-    ("output_tokens", pa.int64()), ("steps", pa.int64()), ("drafts", pa.int64()), ("draft_tokens", pa.int64()),
-    ("accepted_tokens", pa.int64()), ("per_position", pa.list_(pa.int64())), ("histogram", pa.list_(pa.int64())),
+    ("drafts", pa.int64()), ("draft_tokens", pa.int64()), ("accepted_tokens", pa.int64()),  # for split checks
+    ("ra", pa.string()),  # the RequestAcceptance row, JSON
 ])
 
 
@@ -204,8 +206,7 @@ def read_files(batch: pa.Table, cfg_json: str, batch_outputs: Sequence[str], blo
 
 def _result(buf: _Columns, seq: int, midx: int, ra: RequestAcceptance, role: str = "result") -> None:
     buf.add(seq=seq, midx=midx, k=ra.k, role=role, kind="item", id=ra.request_id, segment=ra.segment, exact=ra.exact,
-            output_tokens=ra.output_tokens, steps=ra.steps, drafts=ra.drafts, draft_tokens=ra.draft_tokens,
-            accepted_tokens=ra.accepted_tokens, per_position=ra.per_position, histogram=ra.acceptance_histogram)
+            drafts=ra.drafts, draft_tokens=ra.draft_tokens, accepted_tokens=ra.accepted_tokens, ra=ra.model_dump_json())
 
 
 def _replay_one(runner: _MethodRunner, buf: _Columns, midx: int, r: dict[str, Any], ks: Sequence[int] | None = None,
@@ -285,15 +286,17 @@ def replay_streams(
         if block_ranges is not None and (block_ranges[bi][1] < lo_seq or block_ranges[bi][0] >= hi):
             continue
         table: pa.Table = ray.get(ref)
-        for r in table.to_pylist():
+        seqs = table.column("seq").to_pylist()
+        if seqs and (seqs[0] <= last or any(a >= b for a, b in itertools.pairwise(seqs))):
+            raise RuntimeError(f"record blocks out of workload order after seq {last}")
+        last = seqs[-1] if seqs else last
+        kinds, streams = table.column("kind").to_pylist(), table.column("stream").to_pylist()
+        keep = [i for i, (seq, kd, sm) in enumerate(zip(seqs, kinds, streams))
+                if lo_seq <= seq < hi and kd == "item" and (groups == 1 or stream_group(sm, groups) == group)]
+        if not keep:  # only the rows this task replays become Python objects (token lists are the cost)
+            continue
+        for r in (table if len(keep) == len(seqs) else table.take(keep)).to_pylist():
             seq = r["seq"]
-            if seq <= last:
-                raise RuntimeError(f"record blocks out of workload order at seq {seq} (after {last})")
-            last = seq
-            if seq < lo_seq or seq >= hi or r["kind"] != "item":
-                continue
-            if groups > 1 and stream_group(r["stream"], groups) != group:
-                continue
             if r["id"] in seen:
                 continue
             seen.add(r["id"])
