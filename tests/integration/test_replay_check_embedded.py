@@ -28,8 +28,10 @@ N, MAX_TOKENS = 24, 32
 
 def mixed_workload(path: Path, n: int = N, max_tokens: int = MAX_TOKENS) -> Path:
     """``n`` chat requests of the built-in sample: every third at temperature 0.8 (top_p 0.95, seeded),
-    the rest greedy; short outputs."""
-    rows = [json.loads(line) for line in sample_path().read_text(encoding="utf-8").splitlines()][:n]
+    the rest greedy; short outputs. No tool-calling requests (vLLM serves ``tools`` only with a tool
+    parser configured)."""
+    rows = [json.loads(line) for line in sample_path().read_text(encoding="utf-8").splitlines()]
+    rows = [r for r in rows if not r.get("tools")][:n]
     with path.open("w", encoding="utf-8") as f:
         for i, r in enumerate(rows):
             r["max_tokens"] = max_tokens

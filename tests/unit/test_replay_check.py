@@ -166,3 +166,28 @@ def test_diagnosis_names_the_failed_part() -> None:
     assert d.failed == [] and d.cause.startswith("no failure found")
     d = diagnose(eq(changed), {"specgauge": {}})
     assert d.failed == ["target"] and "unknown" in d.cause
+
+
+def test_compare_gives_no_go_ahead_while_the_drafter_fails_and_names_the_cause(tmp_path) -> None:  # noqa: ANN001
+    """A candidate twice as fast with unchanged outputs is GO, unless its replay check found a gap."""
+    import json
+
+    from specgauge.report.runs import CompareRequest, compare_paths
+    from tests.unit.test_compare import _write_run, run
+
+    wl = tmp_path / "w.jsonl"
+    wl.write_text("".join(json.dumps({"id": f"r{i}", "prompt": f"q{i}", "temperature": 0}) + "\n" for i in range(30)))
+    cfg = {"config": {"workload": [str(wl)], "max_concurrency": 4}}
+    base = _write_run(tmp_path / "a", run(n=30), cfg)
+    verdicts = {}
+    for name, check in (("ok", check_run([_rec(0, *_workload()[0])], NGRAM, "t")),
+                        ("gap", check_run([_rec(0, *_workload()[0], [(d, 0) for d, _ in _steps(*_workload()[0])])], NGRAM, "t"))):
+        cand = _write_run(tmp_path / name, run(n=30, scale=0.5), cfg)
+        (cand / "summary.json").write_text(json.dumps(_summary(check)))
+        res = compare_paths(CompareRequest(baseline=base, candidate=cand))
+        verdicts[name] = res
+    assert verdicts["ok"].verdict.overall.verdict.value == "GO"
+    assert any(n.startswith("diagnosis: no failure found") for n in verdicts["ok"].notes)
+    bad = verdicts["gap"].verdict.overall
+    assert bad.verdict.value == "INCONCLUSIVE" and verdicts["gap"].verdict.exit_code == 3
+    assert "replay check" in bad.reasons[0] and bad.reasons[-1].startswith("cause: the drafter failed at concurrency 4")

@@ -27,7 +27,7 @@ from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.memory import compare_memory
 from specgauge.stats.diagnosis import diagnose
-from specgauge.stats.verdict import ComparisonResult, RunInfo, VerdictCriteria, decide, decide_simulations
+from specgauge.stats.verdict import ComparisonResult, RunInfo, Verdict, VerdictCriteria, decide, decide_simulations
 from specgauge.workload.profile import WorkloadProfile
 
 _CYCLE = re.compile(r"~r\d+$")  #: bench suffixes repeated requests' ids with ~rN
@@ -228,7 +228,15 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
     res.diagnosis = diagnose(res.overall.equivalence if res.overall else None, c.summary, c.max_concurrency,
                              req.criteria.alpha)
     if res.diagnosis.failed:  # the verdict names the failed part
-        res.verdict.overall.reasons.append(f"cause: {res.diagnosis.cause}")
+        ov = res.verdict.overall
+        if "drafter" in res.diagnosis.failed and ov.verdict is Verdict.GO:
+            # no GO while the server accepts less than its own outputs allow: its verification is wrong
+            # (then its sampled outputs may be too; `specgauge audit` tests them), or bench was told
+            # another --speculative-config than the server runs
+            ov.verdict = Verdict.INCONCLUSIVE
+            ov.reasons.insert(0, "the server accepts fewer draft tokens than its own outputs allow (replay check): its "
+                              "draft verification is wrong, or bench was given another --speculative-config than it runs")
+        ov.reasons.append(f"cause: {res.diagnosis.cause}")
     else:
         res.notes.append(f"diagnosis: {res.diagnosis.cause}")
     return res
