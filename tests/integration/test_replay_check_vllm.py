@@ -24,7 +24,7 @@ from specgauge.models import available, target_dir
 from specgauge.report.runs import CompareRequest, compare_paths
 from specgauge.servers import vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
-from tests.integration.test_replay_check_embedded import N, NGRAM, mixed_workload
+from tests.integration.test_replay_check_embedded import NGRAM, N, mixed_workload
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

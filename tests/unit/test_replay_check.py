@@ -16,7 +16,11 @@ from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.diagnosis import diagnose
 from specgauge.stats.equivalence import check_equivalence
 from specgauge.stats.replay_check import (
-    check_bench_run, check_run, check_totals, final_bound, speculative_config_of_server,
+    check_bench_run,
+    check_run,
+    check_totals,
+    final_bound,
+    speculative_config_of_server,
 )
 
 K = 4
@@ -112,7 +116,7 @@ def test_without_per_request_counts_the_counters_are_compared() -> None:
         r.extra.pop("metrics")
     res = check_run(recs, NGRAM, "t")
     assert res.no_server_counts == 3 and not res.gap
-    total = sum((_steps(p, o) for p, o in _workload()), [])
+    total = [s for p, o in _workload() for s in _steps(p, o)]
     ok = SpecCounts(drafts=len(total), draft_tokens=sum(d for d, _ in total), accepted_tokens=sum(a for _, a in total))
     check_totals(res, ok)
     assert not res.gap and res.server.draft_tokens == ok.draft_tokens
@@ -168,7 +172,7 @@ def test_diagnosis_names_the_failed_part() -> None:
     assert d.failed == ["target"] and "unknown" in d.cause
 
 
-def test_compare_gives_no_go_ahead_while_the_drafter_fails_and_names_the_cause(tmp_path) -> None:  # noqa: ANN001
+def test_compare_gives_no_go_ahead_while_the_drafter_fails_and_names_the_cause(tmp_path) -> None:
     """A candidate twice as fast with unchanged outputs is GO, unless its replay check found a gap."""
     import json
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -187,7 +188,7 @@ def judge_request(rid: str, t: ReplayTrace, n_out: int, server: Counts | None,
 
 def _overlapping(records: Sequence[RequestRecord]) -> bool:
     spans = sorted((r.sent_s, r.sent_s + r.elapsed_s) for r in records)
-    return any(b0 < a1 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+    return any(b0 < a1 for (_, a1), (b0, _) in pairwise(spans))
 
 
 class _Replayer:
