@@ -97,7 +97,7 @@ def en(key: str, **params: object) -> str:
 #: placeholders that always hold a formatted number (``1.234×``, ``-4.8``, ``1e-05``, ``n/a``): matched as
 #: numbers, so a reason with several free-text parts splits in one way only
 NUMERIC_PARAMS = frozenset({"est", "lo", "hi", "m", "base", "cand", "d", "limit", "n", "need", "k", "pct", "tol", "more",
-                            "total", "b", "p", "alpha", "stat", "mean"})
+                            "total", "b", "p", "alpha", "stat", "mean", "c", "u"})
 _NUMBER = r"[-+±]?(?:n/a|\d[\d.,]*(?:e[-+]?\d+)?)×?"
 
 

@@ -94,6 +94,48 @@ VERDICT: M = {
     "verdict.sim_none": {"en": "the two simulate results share no (method, k)", "ko": "두 시뮬레이션 결과에 공통 (방법, k)가 없음"},
 }
 
+#: compare's diagnosis (``stats.diagnosis``): which part failed; appended to the verdict as "cause: …"
+DIAGNOSIS: M = {
+    "diagnosis.cause": {"en": "cause: {text}", "ko": "원인: {text}"},
+    "diagnosis.note": {"en": "diagnosis: {text}", "ko": "진단: {text}"},
+    "diagnosis.not_compared": {"en": "outputs were not compared", "ko": "출력을 비교하지 않음"},
+    "diagnosis.diverge": {"en": "{k} of {n} temperature-0 outputs differ from the baseline", "ko": "temperature 0 출력 {n}개 중 {k}개가 기준과 다름"},
+    "diagnosis.sampled_len": {"en": "sampled output lengths differ in distribution (p = {p})", "ko": "샘플링 출력 길이의 분포가 다름 (p = {p})"},
+    "diagnosis.sampled_tok": {"en": "sampled output tokens differ in distribution (p = {p})", "ko": "샘플링 출력 토큰의 분포가 다름 (p = {p})"},
+    "diagnosis.changed": {"en": "outputs changed under speculation: {parts}", "ko": "추측 디코딩에서 출력이 바뀜: {parts}"},
+    "diagnosis.equal": {"en": "all {n} temperature-0 outputs equal the baseline's", "ko": "temperature 0 출력 {n}개가 모두 기준과 같음"},
+    "diagnosis.no_pair": {"en": "no temperature-0 pair to compare outputs on", "ko": "출력을 비교할 temperature 0 쌍이 없음"},
+    "diagnosis.no_check": {"en": "the candidate run has no replay check (bench from before specgauge 0.x, or not a bench run)",
+                           "ko": "후보 실행에 재생 검사가 없음 (이전 버전 specgauge의 bench이거나 bench 실행이 아님)"},
+    "diagnosis.no_check_why": {"en": "no replay check: {why}", "ko": "재생 검사 없음: {why}"},
+    "diagnosis.drafter_lost": {"en": "the drafter lost acceptance on its own outputs: {gap}", "ko": "드래프터가 자기 출력에서 수락을 잃음: {gap}"},
+    "diagnosis.drafter_ok_rate_tail": {"en": "the drafter accepts what its own outputs allow: {m} of {n} requests equal the replay ({pct} % accepted); {u} more could not be vouched for",
+                                       "ko": "드래프터가 자기 출력이 허용하는 만큼 수락함: 요청 {n}개 중 {m}개가 재생과 같음 (수락 {pct} %); {u}개는 보증할 수 없음"},
+    "diagnosis.drafter_ok_rate": {"en": "the drafter accepts what its own outputs allow: {m} of {n} requests equal the replay ({pct} % accepted)",
+                                  "ko": "드래프터가 자기 출력이 허용하는 만큼 수락함: 요청 {n}개 중 {m}개가 재생과 같음 (수락 {pct} %)"},
+    "diagnosis.drafter_ok_tail": {"en": "the drafter accepts what its own outputs allow: {m} of {n} requests equal the replay; {u} more could not be vouched for",
+                                  "ko": "드래프터가 자기 출력이 허용하는 만큼 수락함: 요청 {n}개 중 {m}개가 재생과 같음; {u}개는 보증할 수 없음"},
+    "diagnosis.drafter_ok": {"en": "the drafter accepts what its own outputs allow: {m} of {n} requests equal the replay",
+                             "ko": "드래프터가 자기 출력이 허용하는 만큼 수락함: 요청 {n}개 중 {m}개가 재생과 같음"},
+    "diagnosis.both_at": {"en": "both parts failed at concurrency {c}: {tt}; and {dd}", "ko": "동시성 {c}에서 두 부분 모두 실패함: {tt}; 그리고 {dd}"},
+    "diagnosis.both": {"en": "both parts failed: {tt}; and {dd}", "ko": "두 부분 모두 실패함: {tt}; 그리고 {dd}"},
+    "diagnosis.target_ok_drafter_at": {"en": "the target failed at concurrency {c}: {tt}; the drafter did not also lose acceptance on its own outputs",
+                                       "ko": "동시성 {c}에서 대상 모델 쪽이 실패함: {tt}; 드래프터는 자기 출력에서 수락을 잃지 않음"},
+    "diagnosis.target_ok_drafter": {"en": "the target failed: {tt}; the drafter did not also lose acceptance on its own outputs",
+                                    "ko": "대상 모델 쪽이 실패함: {tt}; 드래프터는 자기 출력에서 수락을 잃지 않음"},
+    "diagnosis.target_unknown_drafter_at": {"en": "the target failed at concurrency {c}: {tt}; whether the drafter also lost acceptance is unknown ({dd})",
+                                            "ko": "동시성 {c}에서 대상 모델 쪽이 실패함: {tt}; 드래프터도 수락을 잃었는지는 알 수 없음 ({dd})"},
+    "diagnosis.target_unknown_drafter": {"en": "the target failed: {tt}; whether the drafter also lost acceptance is unknown ({dd})",
+                                         "ko": "대상 모델 쪽이 실패함: {tt}; 드래프터도 수락을 잃었는지는 알 수 없음 ({dd})"},
+    "diagnosis.drafter_failed_at": {"en": "the drafter failed at concurrency {c}: {dd}; the outputs did not change",
+                                    "ko": "동시성 {c}에서 드래프터가 실패함: {dd}; 출력은 바뀌지 않음"},
+    "diagnosis.drafter_failed": {"en": "the drafter failed: {dd}; the outputs did not change", "ko": "드래프터가 실패함: {dd}; 출력은 바뀌지 않음"},
+    "diagnosis.none": {"en": "no failure found: outputs unchanged, and the server accepts what its outputs allow",
+                       "ko": "실패를 찾지 못함: 출력은 그대로이고 서버는 출력이 허용하는 만큼 수락함"},
+    "diagnosis.none_checked": {"en": "no failure found in what could be checked ({tt}; {dd})", "ko": "확인할 수 있는 범위에서 실패를 찾지 못함 ({tt}; {dd})"},
+    "generic.join": {"en": "{first}; {rest}", "ko": "{first}; {rest}"},
+}
+
 #: words that appear inside verdict parameters (metric names, test names, sources)
 TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("E2E latency", {"ko": "E2E 지연 시간"}),
@@ -102,6 +144,8 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("word frequencies (TVD)", {"ko": "단어 빈도 (TVD)"}),
     ("character frequencies (TVD)", {"ko": "문자 빈도 (TVD)"}),
     ("no such statistic", {"ko": "해당 통계량 없음"}),
+    ("unavailable", {"ko": "사용할 수 없음"}),
+    ("token ids and text", {"ko": "토큰 ID와 텍스트"}),
     ("token ids", {"ko": "토큰 ID"}),
     ("text", {"ko": "텍스트"}),
     ("n/a", {"ko": "해당 없음"}),
@@ -395,7 +439,8 @@ DEMO: M = {
     "demo.results": {"en": "all results: {path}", "ko": "모든 결과: {path}"},
 }
 
-MESSAGES: M = {**VERDICT, **REPORT, **MEMORY, **BENCH, **COMPARE, **DEMO}
+MESSAGES: M = {**VERDICT, **DIAGNOSIS, **REPORT, **MEMORY, **BENCH, **COMPARE, **DEMO}
 
 #: messages stored in English in results and translated when shown, most specific first
-PATTERN_KEYS: tuple[str, ...] = tuple(k for k in VERDICT if not k.startswith(("verdict.GO", "verdict.NO-GO", "verdict.INCONCLUSIVE")))
+PATTERN_KEYS: tuple[str, ...] = tuple(k for k in {**VERDICT, **DIAGNOSIS}
+                                     if not k.startswith(("verdict.GO", "verdict.NO-GO", "verdict.INCONCLUSIVE")))
