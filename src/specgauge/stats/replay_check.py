@@ -246,7 +246,7 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
                            "the embedded server does): nothing to replay", **base)
     try:
         rep = _Replayer(cfg, max_model_len)
-    except (ValueError, TypeError, OSError) as e:
+    except (ValueError, TypeError, OSError, ImportError) as e:
         return unavailable(f"cannot build the {cfg.method} drafter: {e}", **base)
     res = ReplayCheck(available=True, **base)
     if len(with_ids) < len(ok):
@@ -259,7 +259,10 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
         overlap = False
     for rec, (prompt, out) in with_ids:
         steps = _per_step(rec)
-        t = rep.trace(rec.id, prompt, out, steps)
+        try:
+            t = rep.trace(rec.id, prompt, out, steps)
+        except (ValueError, IndexError, RuntimeError) as e:  # e.g. ids outside the draft model's vocabulary
+            return unavailable(f"request {rec.id}: the {cfg.method} replay failed: {e}", **base)
         unc: int | None = None
         if cfg.method == "suffix":
             fu = getattr(t, "first_uncertain", None)
