@@ -208,3 +208,28 @@ def test_a_replay_that_cannot_run_says_so_instead_of_failing_the_bench(monkeypat
     monkeypatch.setattr(rc._Replayer, "trace", boom)
     r = check_run([_rec(0, *_workload()[0])], NGRAM, "t")
     assert not r.available and "r0: the ngram replay failed: token id 5000" in (r.reason or "")
+
+
+def test_bench_cli_takes_the_config_and_says_why_the_check_did_not_run(tmp_path) -> None:
+    """Through the CLI against the scripted server (no token ids there): the stated config is kept
+    in run.json/summary.json, the check says why it did not run; bad JSON is one line, exit 2."""
+    import json
+    import subprocess
+    import sys
+
+    from specgauge.loadgen.fakeserver import FakeServer
+
+    w = tmp_path / "w.txt"
+    w.write_text("tokens:12 per:3\ntokens:8 per:2\n")
+    base = [sys.executable, "-m", "specgauge", "bench", "-w", str(w)]
+    with FakeServer() as srv:
+        r = subprocess.run([*base, "--base-url", srv.base_url, "-o", str(tmp_path / "o"), "--speculative-config", json.dumps(NGRAM)],
+                           capture_output=True, text=True, timeout=120)
+        bad = subprocess.run([*base, "--base-url", srv.base_url, "-o", str(tmp_path / "b"), "--speculative-config", '{"method":'],
+                             capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    rc = s["specgauge"]["replay_check"]
+    assert not rc["available"] and "no token ids" in rc["reason"] and rc["config_source"] == "bench --speculative-config"
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["config"]["speculative_config"]["prompt_lookup_min"] == 2
+    assert bad.returncode == 2 and "--speculative-config: not valid JSON" in bad.stderr and "Traceback" not in bad.stderr
