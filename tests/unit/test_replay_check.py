@@ -224,9 +224,9 @@ def test_bench_cli_takes_the_config_and_says_why_the_check_did_not_run(tmp_path)
     base = [sys.executable, "-m", "specgauge", "bench", "-w", str(w)]
     with FakeServer() as srv:
         r = subprocess.run([*base, "--base-url", srv.base_url, "-o", str(tmp_path / "o"), "--speculative-config", json.dumps(NGRAM)],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120, check=False)
         bad = subprocess.run([*base, "--base-url", srv.base_url, "-o", str(tmp_path / "b"), "--speculative-config", '{"method":'],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     s = json.loads((tmp_path / "o" / "summary.json").read_text())
     rc = s["specgauge"]["replay_check"]
