@@ -131,3 +131,26 @@ def test_replay_on_long_repetitive_sequence_matches_reference() -> None:
         fast, ref = d.replay("r", prompt, out, k), replay_by_stepping(d, "r", prompt, out, k)
         assert fast.drafted.tolist() == ref.drafted.tolist() and fast.accepted.tolist() == ref.accepted.tolist()
         assert fast.accepted.sum() >= 0.8 * len(out) * k / (k + 1)  # the repetition is found
+
+
+@pytest.mark.parametrize(
+    ("vocab", "lo", "hi"),
+    [(7, 2, 4), (2**40, 2, 5), (5000, 3, 8)],  # packed token ids; packed ranks (huge ids); the pair-rank chain
+)
+def test_fast_replay_window_id_paths_equal_the_reference(vocab: int, lo: int, hi: int) -> None:
+    """Every way of building exact window ids (int64-packed token ids, packed ranks of huge ids, and
+    the chain of pair ranks when 5000 distinct tokens ** 8 overflows int64) gives the reference trace."""
+    from specgauge.drafters.ngram import _I64
+
+    rng = np.random.default_rng(vocab)
+    base = rng.integers(0, vocab, 400)
+    seq = np.concatenate([base, base[50:120], rng.integers(0, vocab, 60), base[200:260]])
+    distinct = len(np.unique(seq))
+    packs = min(vocab, int(seq.max()) + 1) ** hi < _I64 or distinct**hi < _I64
+    assert packs == (vocab != 5000)  # the third case really takes the fallback
+    prompt, out = seq[:300].tolist(), seq[300:].tolist()
+    d = NgramDrafter(prompt_lookup_min=lo, prompt_lookup_max=hi)
+    for k in (1, 4):
+        fast, ref = d.replay("r", prompt, out, k), replay_by_stepping(d, "r", prompt, out, k)
+        assert fast.drafted.tolist() == ref.drafted.tolist() and fast.accepted.tolist() == ref.accepted.tolist()
+        assert fast.accepted.sum() > 0

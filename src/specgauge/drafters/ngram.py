@@ -21,10 +21,11 @@ before ``max_tokens`` and counts all of them as drafted: ``replay`` does the sam
 the full draft length; ``accepted`` counts only what the logged output confirms).
 
 ``replay`` is the fast path: it never rescans the history per step. One pass over prompt + output
-builds, for every n-gram length n ≤ ``prompt_lookup_max``, the earliest start of each window
-(``np.unique`` on exact integer window ids, built from the (n-1)-gram ids), so each position's
-match and the acceptance length of its draft come from array operations; only the step pointer
-chase (pos += accepted + 1) is a Python loop.
+builds, for every n-gram length n in [``prompt_lookup_min``, ``prompt_lookup_max``], the earliest
+start of each window (one stable sort of exact integer window ids, usually packed into one int64),
+so each position's match and the acceptance length of its draft come from array operations (all
+positions and all k draft positions at once); only the step pointer chase (pos += accepted + 1) is
+a Python loop.
 """
 
 from __future__ import annotations
@@ -122,22 +123,18 @@ class NgramDrafter:
             return ReplayTrace(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         lens = np.arange(p, p + m, dtype=np.int64)  # history length L at each output position
         dlen, start = self._draft_at(seq, lens, k)
-        # accepted[L] = longest prefix of seq[start : start+dlen] that seq[L:] continues with
-        acc = np.zeros(m, dtype=np.int64)
-        alive = dlen > 0
-        for j in range(k):
-            alive &= (dlen > j) & (lens + j < total)
-            if not alive.any():
-                break
-            idx = np.flatnonzero(alive)
-            same = seq[start[idx] + j] == seq[lens[idx] + j]
-            alive[idx[~same]] = False
-            acc[idx[same]] += 1
-        return _chase_steps(dlen.tolist(), acc.tolist(), m)
+        # accepted[L] = longest prefix of seq[start : start+dlen] that seq[L:] continues with, for
+        # every position at once: same[L, j] = draft token j exists and the output continues with it
+        j = np.arange(k, dtype=np.int64)
+        src = np.clip(start[:, None] + j, 0, total - 1)  # [m, k]
+        dst = lens[:, None] + j
+        same = (j < dlen[:, None]) & (dst < total) & (seq[src] == seq[np.minimum(dst, total - 1)])
+        acc = same.cumprod(axis=1).sum(axis=1)  # [m] length of the accepted prefix
+        return _chase_steps(dlen, acc, m)
 
     def _draft_at(self, seq: np.ndarray, lens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Draft length (0: none) and start in ``seq`` of the draft proposed after each history length."""
-        first = _earliest_window_starts(seq, self.max_n)
+        first = _earliest_window_starts(seq, self.max_n, self.min_n)
         start = np.full(len(lens), -1, dtype=np.int64)
         found = np.zeros(len(lens), dtype=bool)
         for n in range(self.max_n, self.min_n - 1, -1):
@@ -157,42 +154,73 @@ class NgramDrafter:
         return np.maximum(dlen, 0), start
 
 
-def _earliest_window_starts(seq: np.ndarray, max_n: int) -> list[np.ndarray]:
-    """``first[n][w]`` = smallest b with ``seq[b:b+n] == seq[w:w+n]`` (index 0 unused).
+_I64 = 2**63
 
-    Window ids are exact (no hashing): ids of length-n windows are the ranks of the pairs
-    (id of the length-(n-1) window, next token), so equal ids mean equal windows.
+
+def _earliest_window_starts(seq: np.ndarray, max_n: int, min_n: int = 1) -> list[np.ndarray]:
+    """``first[n][w]`` = smallest b with ``seq[b:b+n] == seq[w:w+n]``, for ``min_n <= n <= max_n``
+    (the other entries are empty).
+
+    Window ids are exact (no hashing). Usually a window packs into one int64 (token ids, or their
+    ranks, as digits in base ``distinct tokens``), built for every n by one multiply-add from the
+    (n-1)-windows; otherwise the ids of length-n windows are the ranks of the pairs (id of the
+    length-(n-1) window, next token).
     """
-    first: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    empty = np.zeros(0, dtype=np.int64)
+    first: list[np.ndarray] = [empty] * (max_n + 1)
     if len(seq) == 0:
-        return first + [np.zeros(0, dtype=np.int64)] * max_n
-    _, tok = np.unique(seq, return_inverse=True)
-    tok = tok.astype(np.int64).reshape(-1)
+        return first
+    tok = seq.astype(np.int64, copy=False)
     base = int(tok.max()) + 1
+    if int(tok.min()) < 0 or base**max_n >= _I64:
+        _, tok = np.unique(seq, return_inverse=True)
+        tok = tok.astype(np.int64).reshape(-1)
+        base = int(tok.max()) + 1
     ids = tok
+    if base**max_n < _I64:  # packed: ids of length-n windows are the windows read as base-`base` numbers
+        for n in range(1, max_n + 1):
+            if n > 1:
+                ids = ids[:-1] * base + tok[n - 1 :]
+            if len(ids) == 0:
+                break
+            if n >= min_n:
+                first[n] = _first_occurrence(ids)
+        return first
     for n in range(1, max_n + 1):
         if n > 1:
             if len(ids) <= 1:
-                first.append(np.zeros(0, dtype=np.int64))
-                ids = ids[:0]
-                continue
+                break
             ids = ids[:-1] * base + tok[n - 1 :]
         # return_index gives the first occurrence of each distinct value (numpy sorts stably for it)
         _, first_idx, inv = np.unique(ids, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
-        first.append(first_idx[inv].astype(np.int64))
+        if n >= min_n:
+            first[n] = first_idx[inv].astype(np.int64)
         ids = inv.astype(np.int64)
     return first
 
 
-def _chase_steps(dlen: list[int], acc: list[int], m: int) -> ReplayTrace:
-    """Walk the output: at position pos draft ``dlen[pos]``, keep ``acc[pos]``, emit acc + 1 tokens."""
-    drafted: list[int] = []
-    accepted: list[int] = []
+def _first_occurrence(ids: np.ndarray) -> np.ndarray:
+    """For each i, the smallest j with ``ids[j] == ids[i]`` (one sort; the minimum index per group)."""
+    order = np.argsort(ids)
+    s = ids[order]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    group_first = np.minimum.reduceat(order, np.flatnonzero(new))  # the sort need not be stable
+    out = np.empty(len(ids), dtype=np.int64)
+    out[order] = group_first[np.cumsum(new) - 1]
+    return out
+
+
+def _chase_steps(dlen: np.ndarray, acc: np.ndarray, m: int) -> ReplayTrace:
+    """Walk the output: at position pos draft ``dlen[pos]``, keep ``acc[pos]``, emit acc + 1 tokens.
+    Only the pointer chase is a Python loop; the step values are gathered afterwards."""
+    nxt = (np.arange(m, dtype=np.int64) + acc + 1).tolist()
+    path: list[int] = []
     pos = FIRST_DRAFT_POS
     while pos < m:
-        a = acc[pos]
-        drafted.append(dlen[pos])
-        accepted.append(a)
-        pos += a + 1
-    return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
+        path.append(pos)
+        pos = nxt[pos]
+    idx = np.asarray(path, dtype=np.int64)
+    return ReplayTrace(dlen[idx].astype(np.int64), acc[idx].astype(np.int64))
