@@ -1,5 +1,7 @@
-"""`specgauge demo` end to end, as a newcomer runs it (smaller: 8 live requests, k = 1..2): the
-embedded server really starts twice, and every artefact the demo promises is written."""
+"""`specgauge demo` end to end, as a newcomer runs it (smaller: 8 live requests, 4 per calibration run,
+k = 1..2): the embedded server really starts for the calibration grid and the A/B, and every artefact
+the demo promises is written — the calibrated profile, the predictions, and the prediction set beside
+the measurement."""
 
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ pytestmark = pytest.mark.slow
 @pytest.mark.skipif(not available(), reason="shipped tiny models missing")
 def test_demo_writes_profile_replay_runs_verdict_and_report(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "specgauge", "demo", "--out-dir", str(out), "--num-prompts", "8", "--k", "1-2"],
+    r = subprocess.run([sys.executable, "-m", "specgauge", "demo", "--out-dir", str(out), "--num-prompts", "8", "--k", "1-2",
+                        "--calibration-prompts", "4"],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr
-    for name in ("profile.json", "simulate.json", "compare.json", "report.html"):
+    for name in ("profile.json", "simulate.json", "compare.json", "report.html", "predictions.json",
+                 "prediction_check.json", "calibration/cost_profile.json"):
         assert (out / name).is_file(), name
     for run in ("bench-baseline", "bench-speculative"):
         recs = (out / run / "results.jsonl").read_text().splitlines()
@@ -33,6 +37,14 @@ def test_demo_writes_profile_replay_runs_verdict_and_report(tmp_path: Path) -> N
     assert cmp["verdict"]["overall"]["verdict"] in ("GO", "NO-GO", "INCONCLUSIVE")
     sim = json.loads((out / "simulate.json").read_text())
     assert {"ngram", "suffix"} <= set(sim["methods"]) and any(m.startswith("draft_model") for m in sim["methods"])
+    prof = json.loads((out / "calibration" / "cost_profile.json").read_text())
+    assert prof["params"] and prof["provenance"]  # a fitted law, with where it was measured
+    preds = json.loads((out / "predictions.json").read_text())
+    assert {p["label"] for p in preds} >= {"ngram-k1", "ngram-k2", "suffix-k1", "suffix-k2", "draft_model-k1", "draft_model-k2"}
+    check = json.loads((out / "prediction_check.json").read_text())
+    assert check["predicted"] is not None and check["measured"] is not None  # the prediction beside the measurement
+    assert "predicted vs measured" in r.stdout
+    assert "(python backend)" in r.stdout or "(native backend)" in r.stdout  # which suffix backend ran
     html = (out / "report.html").read_text()
     assert "plotly-graph-div" in html and "<script src=\"http" not in html
     assert str(out / "report.html") in r.stdout.replace("\n", "")
