@@ -5,10 +5,12 @@ streaming server (``loadgen/fakeserver.py``, the upstream for both sides of the 
 ``specgauge canary`` proxy in front of it (judging, per-request records, /metrics all on, as in
 production), and specgauge's own load generator here.
 
-1. TTFT p50/p99 at ``--concurrency`` (default 32) concurrent streams, direct to the server vs through
-   the proxy, in paired rounds (direct, proxied, direct, proxied, ...; the order alternates), each
-   round's difference taken, the median over rounds printed. The server waits ``--first-ms`` before
-   its first chunk and ``--delay-ms`` between chunks, like a decoding model. Goal: p99 added < 2 ms.
+1. TTFT p50/p99 with ``--concurrency`` (default 32) concurrent streams, direct to the server vs
+   through the proxy, in paired rounds (direct, proxied, direct, proxied, ...; the order alternates;
+   both sides of a round get the same seeded Poisson arrival times, at the rate that keeps that many
+   streams open — a steady state, not 32 requests fired at one instant), each round's difference
+   taken, the median over rounds printed. The server waits ``--first-ms`` before its first chunk and
+   ``--delay-ms`` between chunks, like a decoding model. Goal: p99 added < 2 ms.
 2. The proxy's CPU per 1,000 streamed chunks (its process's user+system time over the proxied
    rounds, from /proc) and, for a fast stream with no delays, chunks per proxy CPU-second.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -63,12 +66,23 @@ def pct(vals: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-async def batch(url: str, n: int, conc: int, prompt: str, tokens: int) -> list[RequestRecord]:
+async def batch(url: str, n: int, conc: int, prompt: str, tokens: int, offsets: list[float] | None = None) -> list[RequestRecord]:
+    """``n`` streamed chat requests, at most ``conc`` at once, sent at ``offsets`` (s; all at once when None)."""
     reqs = [Request(id=f"r{i}", api=ApiKind.chat, messages=[{"role": "user", "content": prompt}], max_tokens=tokens,
                     extra={"user": f"user-{i}"}) for i in range(n)]
+    at = offsets or [0.0] * n
     async with new_session(conc) as s:
         r = Runner(RunnerSettings(url, "fake", None, conc, 120.0), get_dialect("vllm"), s)
-        return await r.run([(i, q, 0.0) for i, q in enumerate(reqs)])
+        return await r.run([(i, q, at[i]) for i, q in enumerate(reqs)])
+
+
+def poisson(n: int, rate: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
 
 
 def start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[str], str]:
@@ -112,6 +126,8 @@ def main() -> None:
             prompt = f"tokens:{args.tokens} per:1 first_ms:{args.first_ms} delay_ms:{args.delay_ms}"
             asyncio.run(batch(upstream, args.concurrency, args.concurrency, prompt, args.tokens))  # warm both paths
             asyncio.run(batch(url, args.concurrency, args.concurrency, prompt, args.tokens))
+            stream_s = (args.first_ms + (args.tokens - 1) * args.delay_ms) / 1000.0
+            rate = args.concurrency / stream_s  # Little's law: this rate keeps ~concurrency streams open
             rows = []
             proxy_cpu = 0.0
             server_cpu = 0.0
@@ -121,8 +137,8 @@ def main() -> None:
                 res: dict[str, list[RequestRecord]] = {}
                 for side in order:
                     c0, s0 = cpu_seconds(proxy.pid), cpu_seconds(server.pid)
-                    res[side] = asyncio.run(batch(upstream if side == "direct" else url, args.requests, args.concurrency,
-                                                  prompt, args.tokens))
+                    res[side] = asyncio.run(batch(upstream if side == "direct" else url, args.requests, 4 * args.concurrency,
+                                                  prompt, args.tokens, poisson(args.requests, rate, seed=k)))
                     if side == "proxy":
                         proxy_cpu += cpu_seconds(proxy.pid) - c0
                         server_cpu += cpu_seconds(server.pid) - s0
@@ -150,8 +166,8 @@ def main() -> None:
     def med(key: str) -> float:
         return statistics.median(r[key] for r in rows)
 
-    print(f"canary proxy overhead: {args.rounds} paired rounds x {args.requests} streamed requests, "
-          f"{args.concurrency} concurrent, {args.tokens} tokens each (first chunk after {args.first_ms} ms, "
+    print(f"canary proxy overhead: {args.rounds} paired rounds x {args.requests} streamed requests, Poisson arrivals at "
+          f"{rate:.0f}/s (~{args.concurrency} streams open), {args.tokens} tokens each (first chunk after {args.first_ms} ms, "
           f"then every {args.delay_ms} ms); medians over rounds")
     print(f"{'':18}{'direct':>10}{'proxied':>10}{'added':>10}")
     for q in (50, 99):

@@ -103,6 +103,13 @@ class _Pending:
     status: int | None
 
 
+class _Relayed(web.StreamResponse):
+    """A streamed response whose headers leave with the first chunk (one send instead of two: the
+    proxy only prepares a response once that chunk is in hand). A no-op on aiohttp without the knob."""
+
+    _send_headers_immediately = False
+
+
 def _json_obj(body: bytes) -> dict[str, Any] | None:
     try:
         obj = json.loads(body) if body else None
@@ -270,7 +277,7 @@ class Proxy:
     async def _relay(self, request: web.Request, req: _Req, up: Upstream, role: Role, op: _Opened, cap: Capture,
                      started: float) -> web.StreamResponse:
         resp = op.resp
-        out = web.StreamResponse(status=resp.status, headers=self._response_headers(resp, up.side))
+        out = _Relayed(status=resp.status, headers=self._response_headers(resp, up.side))
         failure: tuple[FailureKind, str] | None = None
         gone = False
         try:
