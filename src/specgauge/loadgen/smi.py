@@ -128,6 +128,14 @@ def parse_amd_smi(text: str) -> list[Row]:
 _MONITOR_UNIT = re.compile(r"^(N/A|[-+]?\d+(?:\.\d+)?)\s*([A-Za-z%°]*)")
 
 
+def _cell(cells: dict[str, str], name: str) -> tuple[float | None, str]:
+    """A monitor cell ``"248 W"`` -> (248.0, "w"); ``N/A`` or absent -> (None, "")."""
+    m = _MONITOR_UNIT.match(cells.get(name, ""))
+    if not m or m.group(1) == "N/A":
+        return None, ""
+    return float(m.group(1)), m.group(2).lower()
+
+
 def parse_amd_smi_monitor(text: str) -> list[Row]:
     """``amd-smi monitor -p -u -v`` (the table; no ``--json`` needed): columns POWER, GFX_UTIL or GFX%,
     VRAM_USED + VRAM_TOTAL, or VRAM_USAGE as ``used/total GB``. Columns are right-aligned under their
@@ -148,15 +156,9 @@ def parse_amd_smi_monitor(text: str) -> list[Row]:
         if dev is None:
             continue
 
-        def val(name: str) -> tuple[float | None, str]:
-            m = _MONITOR_UNIT.match(cells.get(name, ""))
-            if not m or m.group(1) == "N/A":
-                return None, ""
-            return float(m.group(1)), m.group(2).lower()
-
         used = total = None
         if "VRAM_USED" in cells and "VRAM_TOTAL" in cells:
-            (u, uu), (t, tu) = val("VRAM_USED"), val("VRAM_TOTAL")
+            (u, uu), (t, tu) = _cell(cells, "VRAM_USED"), _cell(cells, "VRAM_TOTAL")
             if u is not None and t is not None:
                 used, total = u * _UNIT_MIB.get(uu or "mb", 1.0), t * _UNIT_MIB.get(tu or "mb", 1.0)
         elif "VRAM_USAGE" in cells:  # "0.3/192.0 GB"
@@ -164,8 +166,8 @@ def parse_amd_smi_monitor(text: str) -> list[Row]:
             if m:
                 f = _UNIT_MIB.get(m.group(3).lower(), 1.0)
                 used, total = float(m.group(1)) * f, float(m.group(2)) * f
-        power, _ = val("POWER")
-        util, _ = val("GFX_UTIL") if "GFX_UTIL" in cells else val("GFX%")
+        power, _ = _cell(cells, "POWER")
+        util, _ = _cell(cells, "GFX_UTIL") if "GFX_UTIL" in cells else _cell(cells, "GFX%")
         out.append(_row(dev, used, total, power, util))
     return out
 
