@@ -10,7 +10,16 @@ from string import Formatter
 import pytest
 
 from specgauge.errors import UserError
-from specgauge.i18n import NUMERIC_PARAMS, check_lang, default_lang, en, get_lang, t, translate, use_lang
+from specgauge.i18n import (
+    NUMERIC_PARAMS,
+    check_lang,
+    default_lang,
+    en,
+    get_lang,
+    t,
+    translate,
+    use_lang,
+)
 from specgauge.i18n.catalogue import MESSAGES, PATTERN_KEYS
 
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 from specgauge.loadgen.dialects import get_dialect
 from specgauge.loadgen.metrics_scrape import Snapshot
-from specgauge.loadgen.server_memory import GIB, kv_from_cache_config, parse_vllm_log, server_memory
+from specgauge.loadgen.server_memory import (
+    GIB,
+    kv_from_cache_config,
+    parse_vllm_log,
+    server_memory,
+)
 from specgauge.stats.memory import compare_memory, run_memory
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_memory"
@@ -58,15 +63,17 @@ def test_nothing_reported_is_none() -> None:
 
 
 def test_embedded_engine_gauges() -> None:
-    text = "\n".join([
-        '# TYPE vllm:kv_cache_usage_perc gauge', 'vllm:kv_cache_usage_perc{engine="0",model_name="t"} 0.0',
-        '# TYPE specgauge:model_weight_bytes gauge',
-        'specgauge:model_weight_bytes{engine="0",model_name="t",role="target"} 1.9997696e+07',
-        'specgauge:model_weight_bytes{engine="0",model_name="t",role="draft"} 9.441024e+06',
-        '# TYPE specgauge:kv_cache_capacity_bytes gauge',
-        'specgauge:kv_cache_capacity_bytes{engine="0",model_name="t",role="target"} 4.276224e+06',
-        'specgauge:kv_cache_capacity_bytes{engine="0",model_name="t",role="draft"} 1.069056e+06',
-        '# TYPE specgauge:kv_cache_capacity_tokens gauge', 'specgauge:kv_cache_capacity_tokens{engine="0",model_name="t"} 1024.0', ""])
+    text = """# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="t"} 0.0
+# TYPE specgauge:model_weight_bytes gauge
+specgauge:model_weight_bytes{engine="0",model_name="t",role="target"} 1.9997696e+07
+specgauge:model_weight_bytes{engine="0",model_name="t",role="draft"} 9.441024e+06
+# TYPE specgauge:kv_cache_capacity_bytes gauge
+specgauge:kv_cache_capacity_bytes{engine="0",model_name="t",role="target"} 4.276224e+06
+specgauge:kv_cache_capacity_bytes{engine="0",model_name="t",role="draft"} 1.069056e+06
+# TYPE specgauge:kv_cache_capacity_tokens gauge
+specgauge:kv_cache_capacity_tokens{engine="0",model_name="t"} 1024.0
+"""
     mem = get_dialect("embedded").memory(Snapshot.parse(text))
     assert mem["engine_memory"] == {"target": {"weight_bytes": 19997696, "kv_capacity_bytes": 4276224},
                                     "draft": {"weight_bytes": 9441024, "kv_capacity_bytes": 1069056}, "kv_capacity_tokens": 1024}
