@@ -40,7 +40,7 @@ def bench(
     dialect: Annotated[str, typer.Option("--dialect", help="auto, vllm, sglang, llamacpp, specgauge.")] = "auto",
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token (never written to results).")] = None,
     segment_by: SegmentOpt = None,
-    ray_workers: Annotated[int | None, typer.Option("--ray-workers", min=1, help="Send from N async Ray actors (specgauge[ray]), one schedule shared out; records stream back to one results.jsonl.")] = None,
+    ray_workers: Annotated[int | None, typer.Option("--ray-workers", min=1, help="Send from N async Ray actors (the optional ray extra), one schedule shared out; records stream back to one results.jsonl.")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray-workers; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
     server_log: Annotated[Path | None, typer.Option("--server-log", help="The server's log file (vLLM): model-weight and KV-cache memory are read from its start-up lines.")] = None,
     memory_tool_timeout: Annotated[float, typer.Option("--memory-tool-timeout", min=0.1, help="Seconds nvidia-smi / amd-smi / rocm-smi may take before being stopped (then no device memory).")] = 5.0,

@@ -69,7 +69,7 @@ def simulate(
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per segment × method × k to this file.")] = None,
     per_request: Annotated[Path | None, typer.Option("--per-request", help="Append per-request acceptance rows (JSONL) to this file as they are computed.")] = None,
     partition_by: Annotated[str | None, typer.Option("--partition-by", help="Field path (or 're:REGEX') naming the server/cache of each request: one suffix cache per value, each in arrival order.")] = None,
-    ray: Annotated[bool, typer.Option("--ray", help="Replay on a Ray cluster (specgauge[ray]); the same result as without.")] = False,
+    ray: Annotated[bool, typer.Option("--ray", help="Replay on a Ray cluster (the optional ray extra); the same result as without.")] = False,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
     split_streams: Annotated[int, typer.Option("--split-streams", min=1, help="With --ray: cut each suffix stream into N pieces with cold caches (APPROXIMATE; the error is measured and printed).")] = 1,
 ) -> None:
