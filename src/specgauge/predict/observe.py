@@ -269,6 +269,10 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
     sents = np.asarray([o.rec.started_at - t_ref for o in obs])
     all_times = np.sort(np.concatenate([o.times for o in obs]))
     cum = [np.concatenate([[0], np.cumsum(o.grid_tokens)]) for o in obs]  # cum[j][m] = tokens emitted before step m
+    # a stream delivered in a burst (its server's output lagged its steps, then flushed): the client's
+    # timestamps say nothing about the steps, so it gives no row (it still counts beside the others)
+    per_step = np.asarray([(o.grid[-1] - o.grid[0]) / o.steps for o in obs if o.steps >= 2 and not o.first_merged])
+    floor = 0.25 * float(np.median(per_step)) if per_step.size >= 3 else 0.0
     merged = sum(o.merged for o in obs)
     if merged:
         rows.notes.append(f"{merged} request(s) had chunks carrying several engine steps (the server merges a stream's "
@@ -278,6 +282,9 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
         S = oi.steps
         if oi.first_merged:  # its prefill step's end is unknown: no row of its own (it still counts beside others)
             rows.skipped["first chunk carried decode steps too"] = rows.skipped.get("first chunk carried decode steps too", 0) + 1
+            continue
+        if S >= 2 and (tau[-1] - tau[0]) / S < floor:
+            rows.skipped["delivered in a burst"] = rows.skipped.get("delivered in a burst", 0) + 1
             continue
         # --- TTFT row: the server was idle when this request arrived
         g0 = (tau[1] - tau[0]) / 2 if S >= 1 else 0.005

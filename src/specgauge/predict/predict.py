@@ -110,7 +110,8 @@ def predict_cells(
         base = baselines[c]
         earlier = sorted(set(order[cell.label])).index(c) if reused_server else 0
         earlier = (earlier_runs or {}).get((cell.label, c), earlier)
-        reqs = replay.planned(cell.speculative_config, prior_requests(len(replay.requests), warmup, earlier))
+        reqs = replay.planned(cell.speculative_config, prior_requests(len(replay.requests), warmup, earlier),
+                              bool(profile.provenance.get("sampled_outputs_repeat")))
         side = base if not cell.speculative_config else _Side(profile, reqs, cell.speculative_config, c, mb)
         out.append(_prediction(profile, cell, side, base, reqs, base_reqs, replay.notes))
     return out

@@ -130,19 +130,22 @@ class WorkloadReplay:
             self._tok = resolve_tokenizer(self._tok)
         return self._tok
 
-    def planned(self, spec: dict[str, Any] | None, prior: Sequence[int] = ()) -> list[PlannedRequest]:
+    def planned(self, spec: dict[str, Any] | None, prior: Sequence[int] = (), sampled_repeat: bool = False) -> list[PlannedRequest]:
         """Traces of the planned requests under ``spec``. ``prior``: indices of planned requests the
         server completed before this run (warm-ups, earlier runs on the same server): a stateful
         drafter (suffix decoding's global cache) learns them first — the greedy ones, which came out as
-        logged; a sampled request's earlier output is unknown and left out. Stateless drafters ignore it."""
+        logged; a sampled request's earlier output is unknown and left out unless ``sampled_repeat`` (a
+        server that repeats its sampled outputs exactly, e.g. seeded without speculation noise). Stateless
+        drafters ignore it."""
         method = resolve_spec(spec)[0]
         prior = tuple(prior) if method is not None and method not in STATELESS else ()
-        key = config_key(spec) + repr(prior)
+        sampled_repeat = sampled_repeat and bool(prior)
+        key = config_key(spec) + repr(prior) + repr(sampled_repeat)
         if key not in self._cache:
-            self._cache[key] = self._replay(spec, prior)
+            self._cache[key] = self._replay(spec, prior, sampled_repeat)
         return self._cache[key]
 
-    def _replay(self, spec: dict[str, Any] | None, prior: tuple[int, ...] = ()) -> list[PlannedRequest]:
+    def _replay(self, spec: dict[str, Any] | None, prior: tuple[int, ...] = (), sampled_repeat: bool = False) -> list[PlannedRequest]:
         method, k, cfg = resolve_spec(spec)
         out: list[PlannedRequest] = []
         if method is None:
@@ -169,7 +172,7 @@ class WorkloadReplay:
         stateless = method in STATELESS
         for n, i in enumerate(prior):  # what the server's drafter learned before this run
             r = self.requests[i % len(self.requests)]
-            if not r.greedy:  # a sampled request came out differently then: what it taught is unknown
+            if not r.greedy and not sampled_repeat:  # it came out differently then: what it taught is unknown
                 continue
             fast = getattr(drafter, "replay", None)
             rid = f"{r.id}~prior{n}"
@@ -198,8 +201,8 @@ class WorkloadReplay:
             self._matches[model] = m
         return self._matches[model]
 
-    def by_id(self, spec: dict[str, Any] | None, prior: Sequence[int] = ()) -> dict[str, PlannedRequest]:
-        return {p.id: p for p in self.planned(spec, prior)}
+    def by_id(self, spec: dict[str, Any] | None, prior: Sequence[int] = (), sampled_repeat: bool = False) -> dict[str, PlannedRequest]:
+        return {p.id: p for p in self.planned(spec, prior, sampled_repeat)}
 
 
 def _accepted_options(method: str, opts: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ spec-decode counters and ``vllm:num_requests_running``.
 
 Raw asyncio sockets (as ``specgauge.loadgen.fakeserver``). In a thread: ``with ScriptedServer(...) as
 srv: srv.base_url``; as a process: ``python -m specgauge.predict.scripted_server --workload W --law
-JSON [--speculative-config JSON] --port P``.
+JSON [--speculative-config JSON] --port P``, or several configs in one process (``--config LABEL=JSON``
+repeated; it prints their URLs) — out of the client's process, its steps do not wait on the client's GIL.
 """
 
 from __future__ import annotations
@@ -187,10 +188,8 @@ class ScriptedServer:
             end = start + dur
             self.steps.append((start, dur))
             delay = end - perf()
-            if delay > 0.002:
-                await asyncio.sleep(delay - 0.002)
-            while perf() < end:  # the last ~2 ms: yield until the deadline (timers wake ~1 ms late)
-                await asyncio.sleep(0)
+            if delay > 0:  # no busy-wait for the last millisecond: on a busy host spinning costs the slice we need
+                await asyncio.sleep(delay)
             still: list[_Req] = []
             for r, d, a in plan:
                 n = min(a + 1, len(r.output) - r.emitted)
@@ -357,12 +356,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--law", required=True, help="JSON object of law parameters (seconds)")
     ap.add_argument("--shape", default="flattened", choices=SHAPES)
     ap.add_argument("--speculative-config", default=None)
+    ap.add_argument("--config", action="append", default=[],
+                    help="LABEL=JSON|off: serve several configs at once, each on its own free port; prints "
+                         "one JSON line {label: base URL} and serves until stdin closes")
     ap.add_argument("--max-batch", type=int, default=None)
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--served-model-name", default="scripted")
     a = ap.parse_args(argv)
+    law = json.loads(a.law)
+    if a.config:
+        import sys
+        from contextlib import ExitStack
+
+        with ExitStack() as stack:
+            urls = {}
+            for item in a.config:
+                label, _, body = item.partition("=")
+                spec = None if body in ("off", "") else json.loads(body)
+                srv = stack.enter_context(ScriptedServer(a.workload, law, a.shape, spec, a.max_batch, a.served_model_name))
+                urls[label] = srv.base_url
+            print(json.dumps(urls), flush=True)
+            sys.stdin.read()  # until the parent closes our stdin (or dies)
+        return
     spec = json.loads(a.speculative_config) if a.speculative_config else None
-    srv = ScriptedServer(a.workload, json.loads(a.law), a.shape, spec, a.max_batch, a.served_model_name, a.port)
+    srv = ScriptedServer(a.workload, law, a.shape, spec, a.max_batch, a.served_model_name, a.port)
     asyncio.run(srv.serve_forever())
 
 
