@@ -74,7 +74,7 @@ class Loop:
         self.nxt += 1
 
     def step(self) -> None:
-        before = {rid: self.ctx[rid] for rid in self.eng._running}  # noqa: SLF001 (who decodes in this step)
+        before = {rid: self.ctx[rid] for rid in self.eng._running}
         t, w = time.thread_time(), time.perf_counter()
         outs = self.eng.step()
         cpu, wall = time.thread_time() - t, time.perf_counter() - w

@@ -106,7 +106,7 @@ def test_calibrate_recovers_the_law_and_predicts_unseen_configs(workload: Path, 
     preds = predict_cells(prof, [workload], [c for c in cells if c.speculative_config], num_prompts=16)
     errors = {}
     for p in preds:
-        measured, lo, hi = measure_cell(grid.cell_dir("off", p.concurrency), grid.cell_dir(p.label, p.concurrency))
+        measured, _, _ = measure_cell(grid.cell_dir("off", p.concurrency), grid.cell_dir(p.label, p.concurrency))
         assert measured is not None
         errors[(p.label, p.concurrency)] = (p.speedup, measured)
     bad = {k: v for k, v in errors.items() if abs(v[0] / v[1] - 1) > 0.02}

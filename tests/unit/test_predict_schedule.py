@@ -12,7 +12,12 @@ from specgauge.predict import CellSpec, StepCostProfile, predict_cells
 from specgauge.predict.law import StepTable, param_vector
 from specgauge.predict.predict import step_function
 from specgauge.predict.profile import MeasuredRange
-from specgauge.predict.schedule import PlannedRequest, simulate_schedule, step_ends, timeline
+from specgauge.predict.schedule import (
+    PlannedRequest,
+    simulate_schedule,
+    step_ends,
+    timeline,
+)
 from specgauge.workload.samples import sample_logged_path
 
 LAW = {"a": 1.0, "r": 0.5, "b": 0.0, "c": 0.0, "p": 0.01, "q": 0.0}
@@ -41,7 +46,7 @@ def test_one_request_by_hand() -> None:
 
 
 def test_closed_loop_sends_the_next_request_when_one_finishes() -> None:
-    sched, dur, (send, ttft, e2e) = run([req("x", 10, 2), req("y", 20, 2)], 1, LAW, ell=0.2)
+    sched, _, (send, ttft, e2e) = run([req("x", 10, 2), req("y", 20, 2)], 1, LAW, ell=0.2)
     # x: prefill (1.1) + one decode (1.5) ends at 0.1 + 2.6 = 2.7; the client has it at 2.8 and sends y,
     # which arrives at 2.9 (idle server waits): prefill 1.2, decode 1.5
     assert send[1] == pytest.approx(2.8)

@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli.common import JsonOpt, TokOpt, WorkloadArg, console, err_console, parse_int_list, user_errors, workload_paths
+from specgauge.cli.common import (
+    JsonOpt,
+    TokOpt,
+    WorkloadArg,
+    console,
+    err_console,
+    parse_int_list,
+    user_errors,
+    workload_paths,
+)
 
 
 def _method_ks(text: str) -> dict[str, int]:

@@ -15,9 +15,9 @@ Public API (used by ``specgauge.sweep`` / ``specgauge.recommend``):
 
 from __future__ import annotations
 
-from specgauge.predict.types import CellPrediction, CellSpec, ProfileError
-from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.fit import fit_profile
 from specgauge.predict.predict import predict_cells
+from specgauge.predict.profile import StepCostProfile
+from specgauge.predict.types import CellPrediction, CellSpec, ProfileError
 
 __all__ = ["CellPrediction", "CellSpec", "ProfileError", "StepCostProfile", "fit_profile", "predict_cells"]

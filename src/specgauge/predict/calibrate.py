@@ -71,7 +71,14 @@ class CalibrationResult(BaseModel):
 def calibration_cells(methods: Sequence[str], ks: dict[str, int], concurrencies: Sequence[int],
                       embedded: bool = True) -> list[CellSpec]:
     """off + one config per method, at each concurrency (labels as the sweep's)."""
-    from specgauge.sweep.grid import BASELINE, ServerConfig, build_configs, cells_for, config_label, grid_method
+    from specgauge.sweep.grid import (
+        BASELINE,
+        ServerConfig,
+        build_configs,
+        cells_for,
+        config_label,
+        grid_method,
+    )
 
     configs = [ServerConfig(label=BASELINE)]
     for m in methods:

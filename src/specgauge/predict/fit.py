@@ -21,7 +21,7 @@ from scipy.optimize import nnls
 
 from specgauge import __version__
 from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params
-from specgauge.predict.observe import RunData, Rows, build_rows, load_run, replay_check
+from specgauge.predict.observe import Rows, RunData, build_rows, load_run, replay_check
 from specgauge.predict.profile import MeasuredRange, StepCostProfile
 from specgauge.predict.types import CellSpec, ProfileError
 
@@ -183,7 +183,7 @@ def fit_profile(
         traces = None
         if replay is not None and rd.method is not None:
             traces, checks[rd.name] = _best_traces(replay, rd, runs)
-        rows, obs = build_rows(rd, traces)
+        rows, _ = build_rows(rd, traces)
         if not rows.y:
             notes.append(f"{rd.name}: no usable request ({', '.join(f'{k}: {v}' for k, v in rows.skipped.items()) or 'empty'})")
             continue
@@ -261,7 +261,7 @@ def fit_profile(
                      f"({chk['replayed_acceptance']:.1%}){why}")
     server = runs[0].run.get("server") or {}
     prov = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "specgauge_version": __version__,
         "server": {k: v for k, v in server.items() if k not in ("base_url",)},
         "dialect": runs[0].run.get("dialect"),
@@ -282,7 +282,7 @@ def _residuals(rows: Sequence[Rows], X: np.ndarray, y: np.ndarray, steps: np.nda
     pred = X @ coef
     kinds = np.asarray([k for r in rows for k in r.kind])
     dec = (kinds == "decode") & keep
-    out: dict[str, Any] = {"rows": int(len(y)), "rows_dropped_as_outliers": int((~keep).sum()),
+    out: dict[str, Any] = {"rows": len(y), "rows_dropped_as_outliers": int((~keep).sum()),
                            "ttft_rows": int((kinds == "ttft").sum())}
     if dec.any():
         err = (y[dec] - pred[dec]) / steps[dec]

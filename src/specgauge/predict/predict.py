@@ -15,10 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.predict.law import SHAPES, drafter_params, is_model_method, method_kind, param_vector
+from specgauge.predict.law import (
+    SHAPES,
+    drafter_params,
+    is_model_method,
+    method_kind,
+    param_vector,
+)
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
-from specgauge.predict.schedule import PlannedRequest, Schedule, simulate_schedule, timeline
+from specgauge.predict.schedule import (
+    PlannedRequest,
+    Schedule,
+    simulate_schedule,
+    timeline,
+)
 from specgauge.predict.types import CellPrediction, CellSpec
 
 StepFn = Callable[[int, int, int, int, int, int], float]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -95,8 +96,7 @@ def simulate_schedule(
         for i in decode:
             d = drafted[i][pos[i]]
             dsum += d
-            if d > dmax:
-                dmax = d
+            dmax = max(dmax, d)
             ctx += prompt[i] + emitted[i]
         ptok = sum(prompt[i] for i in admitted)
         dur = step_seconds(b, dsum, dmax, ctx, ptok, len(admitted))
@@ -143,7 +143,7 @@ def step_ends(sched: Schedule, durations: np.ndarray, ell: float | np.ndarray) -
     ends = np.empty_like(dur)
     bounds = sorted({0, *np.flatnonzero(sched.wake >= 0).tolist()}) + [len(sched.wake)]
     prev_end = np.zeros(m)
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in pairwise(bounds):
         start = prev_end
         w = int(sched.wake[lo])
         if w >= 0:

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -109,14 +109,14 @@ class ScriptedServer:
         self._n = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def __enter__(self) -> ScriptedServer:
+    def __enter__(self) -> Self:
         self._thread = threading.Thread(target=self._run_thread, daemon=True, name="scripted-server")
         self._thread.start()
         if not self._ready.wait(30):
             raise RuntimeError("scripted server did not start")
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
