@@ -1,4 +1,4 @@
-"""`specgauge demo` end to end, as a newcomer runs it (smaller: 8 live requests, 4 per calibration run,
+"""`specgauge demo --lang ko` end to end, as a newcomer runs it (smaller: 8 live requests, 4 per calibration run,
 k = 1..2): the embedded server really starts for the calibration grid and the A/B, and every artefact
 the demo promises is written — the calibrated profile, the predictions, and the prediction set beside
 the measurement."""
@@ -6,23 +6,18 @@ the measurement."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from specgauge.models import available
+from tests.integration._demo_run import NUM_PROMPTS, demo_ko
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.skipif(not available(), reason="shipped tiny models missing")
-def test_demo_writes_profile_replay_runs_verdict_and_report(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "specgauge", "demo", "--out-dir", str(out), "--num-prompts", "8", "--k", "1-2",
-                        "--calibration-prompts", "4"],
-                       capture_output=True, text=True, timeout=900)
+def test_demo_writes_profile_replay_runs_verdict_and_report() -> None:
+    out, r = demo_ko()  # in Korean: test_report_ko.py checks that report in a browser from the same run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     for name in ("profile.json", "simulate.json", "compare.json", "report.html", "predictions.json",
@@ -30,7 +25,7 @@ def test_demo_writes_profile_replay_runs_verdict_and_report(tmp_path: Path) -> N
         assert (out / name).is_file(), name
     for run in ("bench-baseline", "bench-speculative"):
         recs = (out / run / "results.jsonl").read_text().splitlines()
-        assert len(recs) == 8 and all(json.loads(x)["ok"] for x in recs)
+        assert len(recs) == NUM_PROMPTS and all(json.loads(x)["ok"] for x in recs)
     spec_run = json.loads((out / "bench-speculative" / "summary.json").read_text())
     assert spec_run["spec_decode_draft_tokens"] > 0  # the candidate server really speculated
     cmp = json.loads((out / "compare.json").read_text())
@@ -43,8 +38,8 @@ def test_demo_writes_profile_replay_runs_verdict_and_report(tmp_path: Path) -> N
     assert {p["label"] for p in preds} >= {"ngram-k1", "ngram-k2", "suffix-k1", "suffix-k2", "draft_model-k1", "draft_model-k2"}
     check = json.loads((out / "prediction_check.json").read_text())
     assert check["predicted"] is not None and check["measured"] is not None  # the prediction beside the measurement
-    assert "predicted vs measured" in r.stdout
-    assert "(python backend)" in r.stdout or "(native backend)" in r.stdout  # which suffix backend ran
+    assert "예측 대 측정" in r.stdout  # the prediction beside the measurement, on the console too
+    assert "(python 백엔드)" in r.stdout or "(native 백엔드)" in r.stdout  # which suffix backend ran
     html = (out / "report.html").read_text()
     assert "plotly-graph-div" in html and "<script src=\"http" not in html
     assert str(out / "report.html") in r.stdout.replace("\n", "")

@@ -12,8 +12,6 @@ in English; the numbers in the verdict lines are the same in both languages.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -24,6 +22,7 @@ import pytest
 from specgauge.i18n import translate
 from specgauge.models import available
 from specgauge.report.html import ReportConfig, write_report
+from tests.integration._demo_run import demo_ko
 from tests.integration.test_report_browser import (
     Browser,
     _chromium,
@@ -114,9 +113,7 @@ def test_untranslated_english_would_be_caught() -> None:
 
 @pytest.mark.skipif(not available(), reason="shipped tiny models missing")
 def test_demo_lang_ko_writes_a_korean_report(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    r = subprocess.run([sys.executable, "-m", "specgauge", "demo", "--lang", "ko", "--out-dir", str(out), "--num-prompts", "6",
-                        "--k", "1-2", "--calibration-prompts", "4"], capture_output=True, text=True, timeout=900, check=False)
+    out, r = demo_ko()  # the same run test_demo.py checks
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "서빙 벤치마크 결과" in r.stdout and "판정" not in r.stderr  # the console summaries are Korean too
     en = tmp_path / "en.html"
