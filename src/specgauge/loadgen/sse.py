@@ -62,16 +62,25 @@ class SSEParser:
     def feed_data(self, chunk: bytes) -> list[bytes]:
         """The ``data`` payloads (bytes, not decoded) of the events these bytes complete."""
         buf = self._buf + chunk if self._buf else chunk
-        # the usual case, checked with a few C-level scans: whole one-line "data: " events, LF only
-        if buf[-2:] == b"\n\n" and buf[:6] == b"data: " and not self._has_data and b"\r" not in buf:
-            nl = buf.count(b"\n")
-            if nl == 2:
-                self._buf = b""
-                return [buf[6:-2]]
-            parts = buf[:-2].split(b"\n\n")
-            if nl == 2 * len(parts) and buf.count(b"\n\ndata: ") == len(parts) - 1:
-                self._buf = b""
-                return [part[6:] for part in parts]
+        # the usual cases, checked with a few C-level scans: whole one-line "data: " events, LF only
+        # (one event per read is the commonest), then at most the first line of the next, unfinished
+        if buf[:6] == b"data: " and not self._has_data and b"\r" not in buf:
+            if buf[-2:] == b"\n\n":
+                body, tail = buf[:-2], b""
+            else:
+                cut = buf.rfind(b"\n\n")
+                body, tail = buf[:cut], buf[cut + 2 :]
+                if cut < 0 or b"\n" in tail or len(tail) > self._max_line:
+                    body = b""  # not the usual case: the general path below
+            nl = body.count(b"\n")
+            if body and nl == 0:
+                self._buf = tail
+                return [body[6:]]
+            if body:
+                parts = body.split(b"\n\n")
+                if nl == 2 * (len(parts) - 1) and body.count(b"\n\ndata: ") == len(parts) - 1:
+                    self._buf = tail
+                    return [part[6:] for part in parts]
         self._buf = b""
         out = self._frames(buf)
         for x in out:
