@@ -83,7 +83,7 @@ def test_calibrate_recovers_the_law_and_predicts_unseen_configs(workload: Path, 
         res = run_calibration(CalibrateConfig(workload=[workload], out_dir=tmp_path / "cal", methods=["ngram", "suffix"],
                                               concurrencies=[1, 4], num_prompts=16, bootstrap=100, target=target, warmup=0))
     prof = res.profile
-    assert prof.shape == "flattened"
+    assert prof.shape == "flattened" and prof.residuals["shape_confidence"] >= 0.9
     got = prof.params
     for name in ("a", "b", "host[ngram]", "host[suffix]"):
         assert got[name] == pytest.approx(LAW[name], rel=0.07), (name, got)

@@ -216,11 +216,21 @@ def fit_profile(
         r = (f["y"] - f["X"] @ f["coef"]) * f["w"]
         f["ssr"] = float((r[both] ** 2).sum())
     chosen = min(fits, key=lambda s: fits[s]["ssr"])
+    confidence = None
     if shape == "auto" and len(fits) == 2:
         a, b = fits["flattened"]["ssr"], fits["padded"]["ssr"]
         if abs(a - b) <= 1e-9 * max(a, b, 1e-30):
             chosen = "flattened"
             notes.append("no run told the verification shapes apart (no step with unequal proposals): flattened assumed")
+        else:
+            confidence = _shape_confidence(fits, chosen, both, all_rows, max(bootstrap, 50), seed)
+            if confidence < 0.9 and chosen != "flattened":
+                notes.append(f"the fit prefers the padded shape in only {confidence:.0%} of resamples: not told apart from "
+                             "noise, so flattened (vLLM's) is kept")
+                chosen = "flattened"
+            elif confidence < 0.9:
+                notes.append(f"flattened verification fits better in {confidence:.0%} of resamples only: the shapes are "
+                             "not clearly told apart")
     f = fits[chosen]
     coef, keep, X, y, w, st = f["coef"], f["keep"], f["X"], f["y"], f["w"], f["steps"]
     params = {n: float(v) for n, v in zip(names, coef, strict=True)}
@@ -237,6 +247,8 @@ def fit_profile(
 
     residuals = _residuals(all_rows, X, y, st, coef, keep)
     residuals["shapes"] = {s: round(fits[s]["ssr"], 12) for s in fits}
+    if confidence is not None:
+        residuals["shape_confidence"] = round(confidence, 3)  #: share of resamples in which the chosen shape fits better
     tables = [t for r in all_rows for k, t in zip(r.kind, r.tables, strict=True) if k == "decode"]
     allt = StepTable.concat(tables) if tables else None
     measured = MeasuredRange(
@@ -275,6 +287,25 @@ def fit_profile(
     }
     return StepCostProfile(params=params, shape=chosen, alternatives=alternatives, param_names=names, bootstrap=boot,
                            residuals=residuals, measured=measured, replay_checks=checks, provenance=prov, notes=notes)
+
+
+def _shape_confidence(fits: dict[str, dict[str, Any]], chosen: str, keep: np.ndarray, rows: Sequence[Rows],
+                      resamples: int, seed: int) -> float:
+    """Share of request resamples (within each run) in which ``chosen`` fits with the smaller residual."""
+    rng = np.random.default_rng(seed + 1)
+    run_of = np.concatenate([np.full(len(r.y), i) for i, r in enumerate(rows)])
+    groups = [np.flatnonzero((run_of == i) & keep) for i in range(len(rows))]
+    other = next(s for s in fits if s != chosen)
+    wins = 0
+    for _ in range(resamples):
+        idx = np.concatenate([rng.choice(g, size=len(g), replace=True) for g in groups if len(g)])
+        ssr = {}
+        for s in (chosen, other):
+            f = fits[s]
+            c = solve(f["X"][idx], f["y"][idx], f["w"][idx])
+            ssr[s] = float((((f["y"][idx] - f["X"][idx] @ c) * f["w"][idx]) ** 2).sum())
+        wins += ssr[chosen] <= ssr[other]
+    return wins / resamples
 
 
 def _residuals(rows: Sequence[Rows], X: np.ndarray, y: np.ndarray, steps: np.ndarray, coef: np.ndarray,

@@ -44,8 +44,10 @@ def render_profile_fit(p: StepCostProfile, console: Console) -> None:
     r = p.residuals
     shapes = r.get("shapes", {})
     if len(shapes) > 1:
-        console.print("shapes (weighted squared error, lower fits better): "
-                      + ", ".join(f"{k} {v:.4g}" for k, v in shapes.items()), highlight=False, markup=False)
+        conf = r.get("shape_confidence")
+        console.print("shapes (squared error, lower fits better): " + ", ".join(f"{k} {v:.4g}" for k, v in shapes.items())
+                      + (f"; {p.shape} fits better in {conf:.0%} of resamples" if conf is not None else ""),
+                      highlight=False, markup=False)
     console.print(f"residuals: {r.get('rows', 0)} rows ({r.get('ttft_rows', 0)} TTFT), {r.get('rows_dropped_as_outliers', 0)} "
                   f"dropped as outliers; step RMSE {r.get('step_rmse_ms', '–')} ms on a mean step of {r.get('mean_step_ms', '–')} ms "
                   f"(relative {r.get('relative_rmse', '–')})", highlight=False, markup=False)
