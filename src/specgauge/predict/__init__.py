@@ -1,15 +1,17 @@
 """Calibrated speedup prediction: a step-cost law fitted on the user's own server, and a replay of
 the workload through a simulated closed-loop bench that turns it into the figures ``compare`` measures.
 
-Boundary: this package reads bench output directories (``results.jsonl`` + ``run.json``) and
-workloads; it never starts servers or sends requests itself (``specgauge.cli.calibrate`` and the
-sweep do that and hand it the run directories). It knows nothing about the CLI.
+Boundary: the law, the fit and the prediction (``law``, ``observe``, ``fit``, ``profile``, ``replay``,
+``schedule``, ``predict``) read bench output directories (``results.jsonl`` + ``run.json``) and
+workloads with logged outputs, and never touch a server. Only ``calibrate`` drives live runs, through
+the sweep's grid runner (``specgauge.sweep.run_grid``), and ``scripted_server`` is a test server with a
+known law. Nothing here imports the CLI.
 
-Public API (used by ``specgauge.sweep`` / ``specgauge.recommend``):
+Public API (used by ``specgauge.sweep`` / ``specgauge.recommend`` / the demo):
 
 * ``CellSpec`` — one grid cell (speculative config + concurrency).
 * ``StepCostProfile`` — the fitted law, its provenance and residuals; ``save`` / ``load``.
-* ``fit_profile(run_dirs)`` — fit a profile from bench output directories.
+* ``fit_profile(run_dirs)`` — fit a profile from bench output directories (or sweep directories).
 * ``predict_cells(profile, workload, cells)`` — predicted figures per cell (``CellPrediction``).
 """
 
