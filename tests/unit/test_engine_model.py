@@ -104,3 +104,26 @@ def test_plan_refuses_a_sequence_longer_than_the_cache(tmp_path: Path) -> None:
     cache = m.new_cache(2, 16)
     with pytest.raises(ValueError, match="longer than the KV cache"):
         m.plan([0, 1], [10, 0], [7, 1], cache)
+
+
+def test_advanced_plan_equals_a_fresh_plan(tmp_path: Path) -> None:
+    """Drafting moves a one-token-per-sequence plan on by tensor ops; it must equal planning anew."""
+    m = load_model(make_tiny_model(tmp_path / "m", seed=9), dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    for slots, starts in (([4], [7]), ([3, 0, 5], [2, 9, 5])):
+        prefix = torch.randint(0, 320, (6, 16), generator=g)
+        caches = [m.new_cache(6, 24), m.new_cache(6, 24)]
+        for cache in caches:
+            for s, c in zip(slots, starts, strict=True):
+                m(prefix[s : s + 1, :c], torch.tensor([s]), torch.tensor([0]), cache)
+        ones = [1] * len(slots)
+        plan = m.plan(slots, starts, ones, caches[0])
+        for step in range(3):
+            tok = torch.randint(0, 320, (len(slots),), generator=g)
+            if step:
+                plan = m.advance(plan, caches[0])
+            moved = m.forward_flat(tok, slots, [], ones, caches[0], plan=plan)
+            fresh = m.forward_flat(tok, slots, [c + step for c in starts], ones, caches[1])
+            torch.testing.assert_close(moved, fresh, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="one new token"):
+        m.advance(m.plan([0], [0], [3], m.new_cache(1, 8)), m.new_cache(1, 8))

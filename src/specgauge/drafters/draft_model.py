@@ -105,8 +105,8 @@ class DraftModelDrafter:
 
         The first forward is flat (each request feeds only the tokens its draft cache lacks: the
         accepted drafts and the target's extra token, or the whole prompt on a request's first
-        step); each later one feeds one token per request. The drafts stay tensors until one host
-        read at the end."""
+        step); each later one feeds one token per request, its plan (positions, masks, RoPE) moved
+        on from the last by tensor ops. The drafts stay tensors until one host read at the end."""
         import torch
 
         out: list[list[int]] = [[] for _ in request_ids]
@@ -136,12 +136,14 @@ class DraftModelDrafter:
         last = torch.tensor(lens).cumsum(0) - 1
         tok = self.model.forward_flat(torch.tensor(flat), slots, starts, lens, self._cache, logits_at=last).argmax(-1)
         drafts = [tok]
-        pos = [s + n for s, n in zip(starts, lens, strict=True)]
-        ones = [1] * len(rows)
-        for _ in range(kmax - 1):
-            tok = self.model.forward_flat(tok, slots, pos, ones, self._cache).argmax(-1)  # [rows]
-            drafts.append(tok)
-            pos = [p + 1 for p in pos]
+        if kmax > 1:  # one token per request from here on: the plan moves on by tensor ops
+            ones = [1] * len(rows)
+            plan = self.model.plan(slots, [s + n for s, n in zip(starts, lens, strict=True)], ones, self._cache)
+            for i in range(kmax - 1):
+                if i:
+                    plan = self.model.advance(plan, self._cache)
+                tok = self.model.forward_flat(tok, slots, [], ones, self._cache, plan=plan).argmax(-1)  # [rows]
+                drafts.append(tok)
         all_drafts = torch.stack(drafts, 1).tolist()  # [rows, kmax]: the one host read
         for j, i in enumerate(rows):
             out[i] = all_drafts[j][: ks[i]]

@@ -137,6 +137,7 @@ class _Group:
     kv_len: int  # L: keys each call reads (the longest sequence in the group)
     mask: Tensor | None  # [Bg, 1, g*T, L] bool (g = query heads per kv head), True = may attend; None: all L keys (or causal)
     causal: bool  # one sequence starting at 0: plain causal mask
+    qpos: Tensor | None = None  # [Bg, T] positions of the group's new tokens, where ``mask`` is built from them
 
 
 @dataclass
@@ -290,8 +291,31 @@ class Transformer(nn.Module):
                     gh = self.args.num_heads // self.args.num_kv_heads
                     mask = mask[:, :, None].expand(bg, 1, gh, t, kv_len).reshape(bg, 1, gh * t, kv_len)
             groups.append(_Group(tok, gslots[0], None if contiguous else torch.tensor(gslots), bg, t, kv_len,
-                                 mask, causal))
+                                 mask, causal, None if mask is None else qpos))
         return ForwardPlan(N, pos, write, self._rope_at(pos, max(ends)), groups)
+
+    def advance(self, p: ForwardPlan, cache: KVCache) -> ForwardPlan:
+        """The plan for the next token of every sequence of a one-token-per-sequence plan (a decode
+        or drafting step), made from ``p`` by tensor ops: positions, cache writes, masks and RoPE
+        move on by one without reading anything back from the tensors."""
+        if any(g.t != 1 for g in p.groups):
+            raise ValueError("advance: only plans with one new token per sequence move on by one")
+        upto = max(g.kv_len for g in p.groups) + 1
+        if upto > cache.max_len:
+            raise ValueError(f"sequence longer than the KV cache ({upto} > {cache.max_len} positions)")
+        pos = p.pos + 1
+        if isinstance(p.write[0], int):
+            write: tuple[int, int] | tuple[Tensor, Tensor] = (p.write[0], p.write[1] + 1)  # type: ignore[operator]
+        else:
+            write = (p.write[0], pos)  # type: ignore[assignment]
+        groups = []
+        for g in p.groups:
+            mask, qpos = None, None
+            if g.qpos is not None:
+                qpos = g.qpos + 1
+                mask = (torch.arange(g.kv_len + 1)[None, None, :] <= qpos[:, :, None])[:, None]  # [Bg, 1, 1, L+1]
+            groups.append(_Group(g.tok, g.slot, g.slot_t, g.bg, 1, g.kv_len + 1, mask, False, qpos))
+        return ForwardPlan(p.n, pos, write, self._rope_at(pos, upto), groups)
 
     def _rope_at(self, pos: Tensor, upto: int) -> Tensor:
         tab = self._rope_table
