@@ -196,7 +196,7 @@ def test_two_ray_workers_equal_one_host(cluster: str, server: str, tmp_path: Pat
 def test_a_killed_worker_loses_only_its_in_flight_requests(cluster: str, server: str, tmp_path: Path) -> None:
     import ray
 
-    from specgauge.bench import BenchConfig, run_bench
+    from specgauge.bench import BenchConfig, arrival_process, run_bench
     from specgauge.records import FailureKind, ResultsFile
     from specgauge.scale.loadgen import ACTOR_PREFIX
 
@@ -219,12 +219,15 @@ def test_a_killed_worker_loses_only_its_in_flight_requests(cluster: str, server:
 
     th = threading.Thread(target=kill_worker_1, daemon=True)
     th.start()
-    res = run_bench(BenchConfig(base_url=server, workload=[_workload(tmp_path, n, 16)], output_dir=out, max_concurrency=4,
-                                request_rate=5.0, ray_workers=2, progress=False))
+    cfg = BenchConfig(base_url=server, workload=[_workload(tmp_path, n, 16)], output_dir=out, max_concurrency=4,
+                      request_rate=5.0, ray_workers=2, progress=False)
+    res = run_bench(cfg)
     th.join(5)
     assert killed, "the test could not kill worker 1"
     recs = ResultsFile(out / "results.jsonl").existing()
     assert sorted(r.index for r in recs) == list(range(n))  # every request accounted for, none twice
+    times = arrival_process(cfg, []).times(n, cfg.seed)  # taken-over requests keep their global schedule
+    assert [r.scheduled_s for r in sorted(recs, key=lambda r: r.index)] == pytest.approx(times)
     lost = [r for r in recs if not r.ok]
     assert all(r.failure is FailureKind.worker_lost and r.extra["loadgen_worker"] == 1 for r in lost)
     info = json.loads((out / "run.json").read_text())["sessions"][-1]["ray"]["per_worker"]

@@ -88,8 +88,12 @@ class LoadWorker:
         sent: list[list[Any]] = []
         done: list[str] = []
         wake = asyncio.Event()
-        reqs = [(i, Request.model_validate_json(r), at) for i, r, at in plan]
         start_perf = time.perf_counter() + (t0_wall + offset_s - time.time())  # the global start, this clock
+        # a run that starts after the global start (requests taken over from a dead worker) keeps each
+        # request's global time: overdue ones go at once, the rest when they are due
+        behind = max(0.0, time.perf_counter() - start_perf)
+        reqs = [(i, Request.model_validate_json(r), max(0.0, at - behind)) for i, r, at in plan]
+        scheduled = {i: at for i, _, at in plan}
 
         async with new_session(max_concurrency) as session:
             runner: _MarkingRunner
@@ -102,7 +106,8 @@ class LoadWorker:
                 wake.set()
 
             def on_record(rec: RequestRecord) -> None:
-                # times from the global start and in the driver's clock (scheduled_s already is)
+                # times from the global start and in the driver's clock
+                rec.scheduled_s = scheduled[rec.index]
                 rec.sent_s += late()
                 if rec.ready_s is not None:
                     rec.ready_s += late()
@@ -151,7 +156,7 @@ class _WorkerState:
     assigned: int = 0
     in_flight: dict[int, tuple[float, float | None]] = field(default_factory=dict)  #: index -> (sent_s, ready_s)
     finished: set[int] = field(default_factory=set)
-    late_start_s: list[float] = field(default_factory=list)
+    late_start_s: float | None = None  #: how far after the global start its own shard began
     cpu_s: float = 0.0  #: the actor process's CPU time while sending
     died: str | None = None
     lost: list[str] = field(default_factory=list)
@@ -241,7 +246,8 @@ class RayLoadGen:
             async for ref in gen:
                 msg = await ref
                 if "late_start_s" in msg:
-                    st.late_start_s.append(msg["late_start_s"])
+                    if share is None:  # its own shard (a take-over starts late on purpose)
+                        st.late_start_s = msg["late_start_s"]
                     st.cpu_s += msg["cpu_s"]
                     continue
                 for index, sent_s, ready_s in msg["sent"]:
@@ -293,7 +299,7 @@ class RayLoadGen:
                 "worker": s.worker, "node_ip": s.node.get("node_ip"), "node_id": s.node.get("node_id"),
                 "clock_offset_s": s.offset_s, "clock_rtt_s": s.rtt_s, "max_concurrency": s.share,
                 "requests_assigned": s.assigned, "requests_finished": len(s.finished),
-                "late_start_s": max(s.late_start_s) if s.late_start_s else None, "cpu_s": s.cpu_s,
+                "late_start_s": s.late_start_s, "cpu_s": s.cpu_s,
                 "died": s.died, "lost_in_flight": s.lost, "handed_over": s.handed_over, "taken_over": s.taken_over,
             })
         return {"workers": len(self.states), "cluster": self.cluster.describe(), "cpus_per_worker": self.cpus,
