@@ -32,7 +32,7 @@ from specgauge.loadgen.memory import MemorySampler
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
 from specgauge.loadgen.server_memory import parse_vllm_log
-from specgauge.paths import portable_path
+from specgauge.paths import portable_path, public_url
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
 from specgauge.report.bench_console import format_summary  # noqa: F401  (the CLI and tests import it from here)
 from specgauge.stats.latency import parse_goodput
@@ -128,6 +128,7 @@ class BenchConfig(BaseModel):
         directory by its name; ``report.runs`` resolves them back)."""
         d = self.model_dump(mode="json", exclude={"api_key"})
         d["api_key_set"] = self.api_key is not None
+        d["base_url"] = public_url(self.base_url)
         d["workload"] = [portable_path(p, self.output_dir) for p in self.workload]
         d["output_dir"] = Path(self.output_dir).resolve().name
         if self.server_log is not None:
@@ -208,7 +209,7 @@ async def scrape(session: aiohttp.ClientSession, base_url: str, headers: dict[st
 
 
 async def server_identity(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], dialect: Dialect) -> dict[str, Any]:
-    out: dict[str, Any] = {"base_url": base_url}
+    out: dict[str, Any] = {"base_url": public_url(base_url)}
     for p in dialect.identity_paths():
         v = await _get_json(session, base_url + p, headers)
         if v is not None:
@@ -230,7 +231,13 @@ class _Progress:
         self.t0 = time.perf_counter()
         if not enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.p = Progress(
             TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -267,13 +274,13 @@ async def _session_run(
     async with new_session(cfg.max_concurrency) as session:
         models, status = await _get_json_status(session, cfg.base_url + "/v1/models", headers)
         if status in (401, 403):
-            raise BenchError(f"{cfg.base_url} refused the request (HTTP {status}): check --api-key")
+            raise BenchError(f"{public_url(cfg.base_url)} refused the request (HTTP {status}): check --api-key")
         model = cfg.model
         if model is None:
             try:
                 model = models["data"][0]["id"]
             except (TypeError, KeyError, IndexError):
-                raise BenchError(f"{cfg.base_url}/v1/models gave no model; pass --model (is the server up?)") from None
+                raise BenchError(f"{public_url(cfg.base_url)}/v1/models gave no model; pass --model (is the server up?)") from None
         snap0, why = await scrape(session, cfg.base_url, headers)
         dialect = get_dialect(cfg.dialect) if cfg.dialect != "auto" else detect(snap0, models if isinstance(models, dict) else None)
         run.dialect = dialect.name

@@ -38,3 +38,17 @@ def resolve_portable(stored: str, base_dir: str | Path) -> Path:
     if p.is_absolute() or not (Path(base_dir) / p).exists():
         return p  # older results: absolute, or relative to the working directory
     return Path(base_dir) / p
+
+
+def public_url(url: str) -> str:
+    """A server URL as results, logs and messages may carry it: no ``user:password@`` and no query
+    or fragment (``?api_key=…`` style tokens); scheme, host, port and path kept."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    p = urlsplit(url)
+    host = p.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    if p.port:
+        host = f"{host}:{p.port}"
+    return urlunsplit((p.scheme, host, p.path, "", ""))

@@ -30,3 +30,20 @@ def test_a_user_file_is_stored_relative_to_the_output_dir(tmp_path: Path, monkey
 def test_older_results_with_absolute_or_cwd_relative_paths_still_resolve(tmp_path: Path) -> None:
     assert resolve_portable(str(tmp_path / "w.jsonl"), tmp_path / "o") == tmp_path / "w.jsonl"
     assert resolve_portable("w.jsonl", tmp_path / "o") == Path("w.jsonl")  # not beside the run: as written
+
+
+def test_public_url_drops_credentials_and_query_tokens() -> None:
+    from specgauge.paths import public_url
+
+    assert public_url("http://user:pw@h:8000/v1?token=abc#x") == "http://h:8000/v1"
+    assert public_url("https://[::1]:9000/") == "https://[::1]:9000/"
+    assert public_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000"
+
+
+def test_bench_run_json_never_holds_credentials(tmp_path) -> None:
+    from specgauge.bench import BenchConfig
+
+    cfg = BenchConfig(base_url="http://user:secret@127.0.0.1:8000/?api_key=tok", workload=[tmp_path / "w.jsonl"],
+                      output_dir=tmp_path / "out", api_key="sk-123")
+    text = str(cfg.public())
+    assert "secret" not in text and "tok" not in text and "sk-123" not in text

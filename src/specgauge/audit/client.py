@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from pydantic import BaseModel
 
 from specgauge.audit.prompts import AuditPrompt
 from specgauge.errors import UserError
+from specgauge.paths import public_url
 
 
 class AuditError(UserError):
@@ -128,15 +128,6 @@ class SideClient:
                 raise AuditError(f"{self._where(prompt.endpoint)}: a completion came back without its tokens")
             out.append(Completion(tokens=toks, finish_reason=c.get("finish_reason")))
         return out
-
-
-def public_url(url: str) -> str:
-    """The URL without user:password (results never carry credentials)."""
-    p = urlsplit(url)
-    if p.username is None and p.password is None:
-        return url
-    host = (p.hostname or "") + (f":{p.port}" if p.port else "")
-    return urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
 
 
 def _tokens(choice: dict[str, Any], source: TokenSource, prompt: AuditPrompt) -> list[int | str] | None:

@@ -31,7 +31,7 @@ from specgauge.audit.analysis import (
     greedy_check,
     judge,
 )
-from specgauge.audit.client import AuditError, ServerInfo, SideClient, public_url
+from specgauge.audit.client import AuditError, ServerInfo, SideClient
 from specgauge.audit.prompts import (
     AuditPrompt,
     builtin_prompts,
@@ -40,6 +40,7 @@ from specgauge.audit.prompts import (
 )
 from specgauge.audit.store import SampleStore
 from specgauge.config import ConfigError, SpeculativeConfig
+from specgauge.paths import public_url
 
 #: the embedded candidate's default: n-gram that drafts on short prompts (vLLM's default 5/5 may not)
 DEFAULT_SPECULATIVE_CONFIG = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}'

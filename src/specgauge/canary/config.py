@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from specgauge.config import ConfigError
+from specgauge.paths import public_url
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance")
@@ -48,15 +49,6 @@ def check_steps(steps: list[float], flag: str = "--steps") -> list[float]:
     if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
         raise ConfigError(f"{flag} {steps}: steps must increase")
     return steps
-
-
-def public_url(url: str) -> str:
-    """The URL without user:password (what logs and results may carry)."""
-    p = urlsplit(url)
-    host = p.hostname or ""
-    if p.port:
-        host = f"{host}:{p.port}"
-    return urlunsplit((p.scheme, host, p.path, "", ""))
 
 
 class Guardrails(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from specgauge.canary.config import CanaryConfig, public_url
+from specgauge.canary.config import CanaryConfig
 from specgauge.canary.controller import (
     Action,
     CanaryStateError,
@@ -44,6 +44,7 @@ from specgauge.canary.window import Pairing, Window
 from specgauge.errors import UserError
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
+from specgauge.paths import public_url
 from specgauge.records import RequestRecord, ResultsFile, SpecCounts
 
 

@@ -23,12 +23,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from specgauge.config import ConfigError
-from specgauge.servers import ManagedServer, ServerStartError, embedded_server, free_port
+from specgauge.paths import public_url
+from specgauge.servers import (
+    ManagedServer,
+    ServerStartError,
+    embedded_server,
+    free_port,
+)
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SPEC_ONLY = re.compile(r"^\{spec:(.+)\}$")  #: a word only a speculative server gets
@@ -122,7 +127,7 @@ class ServerTarget(BaseModel):
             if self.model:
                 d["model"] = self.model
         if self.urls:
-            d["urls"] = {k: _strip_credentials(v) for k, v in self.urls.items()}
+            d["urls"] = {k: public_url(v) for k, v in self.urls.items()}
         if self.env:
             d["env"] = {k: ("***" if _SECRET_FLAG.search(k) else v) for k, v in self.env.items()}
         d["api_key_set"] = self.api_key is not None
@@ -133,16 +138,6 @@ def scrub(text: str, secrets: list[str]) -> str:
     for s in secrets:
         text = text.replace(s, "***")
     return text
-
-
-def _strip_credentials(url: str) -> str:
-    p = urlsplit(url)
-    if p.username or p.password:
-        host = p.hostname or ""
-        if p.port:
-            host += f":{p.port}"
-        return urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
-    return url
 
 
 def render_command(template: str, *, port: int, spec: dict[str, Any] | None, model: str | None = None) -> tuple[list[str], dict[str, str]]:
