@@ -6,7 +6,6 @@ languages, the same numbers in each."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,9 @@ def test_hanging_amd_smi_bench_goes_on_with_rocm_smi(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     w = tmp_path / "w.jsonl"
     w.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "tokens:40 per:4 delay_ms:150", "max_tokens": 40}) + "\n" for i in range(4)))
-    t0 = time.monotonic()
     with FakeServer() as srv:
         res = run_bench(BenchConfig(base_url=srv.base_url, workload=[w], output_dir=tmp_path / "o", progress=False,
                                     timeout=10.0, max_concurrency=2, memory_interval=0.1, memory_tool_timeout=0.4))
-    assert time.monotonic() - t0 < 30
     s = res.summary
     assert res.exit_code == 0 and s["completed"] == 4
     dev = s["specgauge"]["memory"]["device"]
