@@ -7,13 +7,13 @@ from pathlib import Path
 
 from specgauge.loadgen.dialects import get_dialect
 from specgauge.loadgen.metrics_scrape import Snapshot
-from specgauge.loadgen.server_memory import (
+from specgauge.stats.memory import compare_memory, run_memory
+from specgauge.stats.server_memory import (
     GIB,
     kv_from_cache_config,
     parse_vllm_log,
     server_memory,
 )
-from specgauge.stats.memory import compare_memory, run_memory
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm_memory"
 

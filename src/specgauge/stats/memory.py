@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from specgauge.loadgen.server_memory import (
+from specgauge.stats.server_memory import (
     derived_draft_bytes,
     draft_plus_kv,
     peak_device_used_mib,

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from specgauge import __version__
-from specgauge.loadgen.server_memory import server_memory, session_logs
 from specgauge.records import RequestRecord, RunRecord, SpecCounts
 from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
 from specgauge.stats.distributions import finite_or_none, pct_label
 from specgauge.stats.latency import LatencyMetrics, latency_metrics
+from specgauge.stats.server_memory import server_memory, session_logs
 
 
 def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
