@@ -175,3 +175,33 @@ def test_closely_spaced_sends_are_never_early_and_keep_plan_order() -> None:
     assert all(r.ok for r in recs)
     assert all(r.sent_s >= r.scheduled_s for r in recs)  # the spin ends at the send time, never before
     assert [r.index for r in sorted(recs, key=lambda r: r.sent_s)] == list(range(25))
+
+
+def test_the_collector_is_paused_during_a_run_and_restored_after() -> None:
+    import gc
+
+    seen: list[bool] = []
+    with FakeServer() as srv:
+        async def go() -> None:
+            async with new_session(None) as s:
+                r = Runner(RunnerSettings(srv.base_url, "fake"), get_dialect("vllm"), s,
+                           lambda rec: seen.append(gc.isenabled()))
+                await r.run([(0, creq(0, "tokens:3"), 0.0)])
+                assert gc.isenabled()
+                gc.disable()
+                await r.run([(1, creq(1, "tokens:3"), 0.0)])  # off before: stays off after
+                assert not gc.isenabled()
+                gc.enable()
+
+        asyncio.run(go())
+    assert seen == [False, False]
+
+
+def test_a_long_fast_stream_is_read_whole_through_the_hook() -> None:
+    """A stream far past aiohttp's read buffer (its reader pauses the parser) loses nothing when the
+    hook takes over mid-stream."""
+    with FakeServer() as srv:
+        recs = run(srv, [creq(i, "tokens:3000 per:1") for i in range(3)], max_concurrency=3)
+    for r in recs:
+        assert r.ok, r.error
+        assert len(r.chunks) == 3000 and sum(c.n for c in r.chunks) == r.output_tokens == 3000
