@@ -82,7 +82,8 @@ class Loop:
         pre = [o for o in outs if o.request_id not in before]
         d = [o.num_drafted for o in dec]
         self.rows.append((len(dec), sum(d), max(d, default=0), sum(before[o.request_id] for o in dec),
-                          sum(o.num_prompt_tokens for o in pre), len(pre), cpu, wall, sum(len(o.new_token_ids) for o in outs)))
+                          sum(o.num_prompt_tokens for o in pre), len(pre), cpu, wall, sum(len(o.new_token_ids) for o in outs),
+                          sum(len(o.new_token_ids) for o in dec)))
         for o in outs:
             self.ctx[o.request_id] = o.num_prompt_tokens + o.num_output_tokens
             if o.finished and self.nxt < len(self.items):
@@ -115,7 +116,7 @@ def main() -> None:
     def table(key: tuple[str, int]) -> tuple[StepTable, np.ndarray]:
         r = np.asarray(loops[key].rows, dtype=float)
         _, m, k = cfgs[key[0]]
-        return StepTable(r[:, 0], r[:, 1], r[:, 2], r[:, 3], r[:, 4], r[:, 5], m, k), r
+        return StepTable(r[:, 0], r[:, 1], r[:, 2], r[:, 3], r[:, 4], r[:, 5], m, k, r[:, 9]), r
 
     cal = [(n, c) for n in CALIBRATION for c in concs if c in (1, 4)]
     for col, clock in ((6, "CPU time"), (7, "wall time")):

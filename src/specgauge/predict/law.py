@@ -9,6 +9,8 @@ linear in its parameters (seconds), all >= 0 (fitted with non-negative least squ
            + b · n_forward                  per token through the target's decode forward
            + c · Σ context                  per context token of the decode batch (attention)
            + p · prefill tokens + q · prefilled requests
+           + e · emitted tokens                per token the step hands out (sampling, detokenising,
+                                               streaming: B + accepted drafts)
            + drafter(method)
 
 ``n_forward`` is where verification shapes differ (the fit tells which one the server uses):
@@ -33,7 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CORE = ("a", "r", "b", "c", "p", "q")
+CORE = ("a", "r", "b", "c", "p", "q", "e")
+#: parameters every profile has (``e`` came later: a profile without it reads as e = 0)
+REQUIRED = ("a", "r", "b", "c", "p", "q")
 SHAPES = ("flattened", "padded")
 #: methods whose drafter runs a neural network per draft position
 MODEL_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "mlp_speculator", "deepseek_mtp")
@@ -44,6 +48,7 @@ DESCRIPTIONS = {
     "c": "per context token in the decode batch",
     "p": "per prefill token",
     "q": "per prefilled request",
+    "e": "per token emitted by a decode step (B + accepted drafts)",
     "host": "per request per step (drafter lookup on the host)",
     "draft_step": "per draft position per step",
     "draft_req": "per draft position per request",
@@ -84,6 +89,7 @@ class StepTable:
     prefill_reqs: np.ndarray  # (S,) requests prefilled in this step
     method: str | None = None
     k: int = 0
+    emitted: np.ndarray | None = None  # (S,) tokens the decode batch emitted (None: one per request)
 
     def __len__(self) -> int:
         return int(self.batch.shape[0])
@@ -105,6 +111,7 @@ class StepTable:
             "c": self.context.astype(float),
             "p": self.prefill_tokens.astype(float),
             "q": self.prefill_reqs.astype(float),
+            "e": (self.batch if self.emitted is None else self.emitted).astype(float),
         }
         m = method_kind(self.method)
         if m is not None:
@@ -123,9 +130,10 @@ class StepTable:
         if not tables:
             z = np.zeros(0)
             return cls(z, z, z, z, z, z)
+        emitted = np.concatenate([t.batch if t.emitted is None else t.emitted for t in tables])
         return cls(*(np.concatenate([getattr(t, f) for t in tables]) for f in
                      ("batch", "drafted_sum", "drafted_max", "context", "prefill_tokens", "prefill_reqs")),
-                   method=tables[0].method, k=tables[0].k)
+                   method=tables[0].method, k=tables[0].k, emitted=emitted)
 
 
 def param_vector(params: dict[str, float], names: Sequence[str]) -> np.ndarray:

@@ -308,6 +308,7 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
         dsum = oi.drafted.copy()
         dmax = oi.drafted.copy()
         ctx = oi.prompt + cum[i][1 : S + 1].astype(float)
+        emit = oi.grid_tokens[1:].astype(float)
         ptok = np.zeros(S)
         preq = np.zeros(S)
         cand = np.flatnonzero((starts < hi) & (ends > lo))
@@ -335,10 +336,11 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
             dsum[mapped] += d
             dmax[mapped] = np.maximum(dmax[mapped], d)
             ctx[mapped] += oj.prompt + cum[j][msel + 1]
+            emit[mapped] += oj.grid_tokens[msel + 1]
         rows.kind.append("decode")
         rows.y.append(float(tau[-1] - tau[0]))
         rows.steps.append(S)
-        rows.tables.append(StepTable(batch, dsum, dmax, ctx, ptok, preq, rd.method, rd.k))
+        rows.tables.append(StepTable(batch, dsum, dmax, ctx, ptok, preq, rd.method, rd.k, emit))
     return rows, obs
 
 

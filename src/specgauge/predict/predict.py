@@ -32,13 +32,13 @@ from specgauge.predict.schedule import (
 )
 from specgauge.predict.types import CellPrediction, CellSpec
 
-StepFn = Callable[[int, int, int, int, int, int], float]
+StepFn = Callable[[int, int, int, int, int, int, int], float]
 
 
 def step_function(params: dict[str, float], shape: str, method: str | None, k: int) -> StepFn:
     """The law as a scalar function of one step (same formula as ``StepTable.features`` · params)."""
     g = params.get
-    a, r, b, c, p, q = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q"))
+    a, r, b, c, p, q, e = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q", "e"))
     m = method_kind(method)
     model = is_model_method(method)
     host = g(f"host[{m}]", 0.0) if m and not model else 0.0
@@ -46,9 +46,9 @@ def step_function(params: dict[str, float], shape: str, method: str | None, k: i
                   if model else (0.0, 0.0, 0.0))
     flat = shape == "flattened"
 
-    def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int) -> float:
+    def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int, emit: int) -> float:
         nf = bs + dsum if flat else bs * (1 + dmax)
-        t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + host * bs + dp * ptok
+        t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + e * emit + host * bs + dp * ptok
         if bs and model:
             t += k * (ds + dr * bs)
         return t

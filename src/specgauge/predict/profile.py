@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from specgauge.config import format_validation_error
-from specgauge.predict.law import CORE, SHAPES, param_vector
+from specgauge.predict.law import REQUIRED, SHAPES, param_vector
 from specgauge.predict.types import ProfileError
 
 KIND = "specgauge.step_cost_profile"
@@ -67,7 +67,7 @@ class StepCostProfile(BaseModel):
             raise ProfileError(f"cost profile {path}: {format_validation_error(e)}") from None
         if prof.shape not in SHAPES:
             raise ProfileError(f"cost profile {path}: shape {prof.shape!r} is not one of {', '.join(SHAPES)}")
-        missing = [n for n in CORE if n not in prof.params]
+        missing = [n for n in REQUIRED if n not in prof.params]
         if missing:
             raise ProfileError(f"cost profile {path}: parameters {', '.join(missing)} are missing")
         bad = [n for n, v in prof.params.items() if not np.isfinite(v) or v < 0]

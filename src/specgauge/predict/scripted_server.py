@@ -184,7 +184,8 @@ class ScriptedServer:
             dmax = max((d for _, d, _ in plan), default=0)
             ctx = sum(len(r.prompt) + r.emitted for r in decode)
             ptok = sum(len(r.prompt) for r in admitted)
-            dur = self.step_seconds(b, dsum, dmax, ctx, ptok, len(admitted))
+            emit = sum(min(a + 1, len(r.output) - r.emitted) for r, _, a in plan)
+            dur = self.step_seconds(b, dsum, dmax, ctx, ptok, len(admitted), emit)
             end = start + dur
             self.steps.append((start, dur))
             delay = end - perf()
