@@ -22,6 +22,8 @@ from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.grid import config_label, grid_method
 from specgauge.workload.samples import sample_logged_path
 
+pytestmark = pytest.mark.slow
+
 # seconds; steps of 12-40 ms so that scheduler jitter stays well under 1 %
 LAW = {"a": 0.010, "r": 0.0012, "b": 0.0012, "c": 4e-7, "p": 4e-6, "q": 0.0015,
        "host[ngram]": 0.0015, "host[suffix]": 0.0025}
