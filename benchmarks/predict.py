@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.predict import CellSpec, predict_cells
-from specgauge.predict.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.grid import config_label, grid_method
 from specgauge.workload.samples import sample_logged_path

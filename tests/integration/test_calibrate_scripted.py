@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.predict import CellSpec, predict_cells
-from specgauge.predict.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.grid import config_label, grid_method
 from specgauge.workload.samples import sample_logged_path

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.predict.calibrate import CalibrateConfig, run_calibration
+from specgauge.calibrate import CalibrateConfig, run_calibration
 from specgauge.predict.scripted_server import ScriptedServer
 from specgauge.sweep import ServerTarget
 from specgauge.sweep.grid import grid_method

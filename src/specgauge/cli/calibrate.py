@@ -73,8 +73,8 @@ def calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit YOUR server's step-cost law from a few short bench runs; writes cost_profile.json for predict / simulate / sweep."""
+    from specgauge.calibrate import CalibrateConfig, run_calibration
     from specgauge.config import ConfigError
-    from specgauge.predict.calibrate import CalibrateConfig, run_calibration
     from specgauge.report.predict_console import render_calibration
 
     if sum(bool(x) for x in (from_runs, server_cmd, url)) > 1:

@@ -70,6 +70,26 @@ def replay_by_stepping(
     return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
 
+def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
+    """Greedy draft model from one teacher-forced pass: ``match[j]`` says the draft's argmax at output
+    position j (given the true history) equals the logged token. A step at ``pos`` proposes k tokens;
+    token i is accepted iff tokens pos..pos+i all match (after a mismatch the history diverges, but
+    those tokens are rejected anyway), so accepted = min(k, run of matches from pos). Output token 0
+    comes from the prefill, so the first step is at pos 1."""
+    n = len(match)
+    idx = np.arange(n)
+    next_false = np.minimum.accumulate(np.where(match, n, idx)[::-1])[::-1] if n else idx
+    run = next_false - idx
+    drafted, accepted = [], []
+    pos = 1
+    while pos < n:
+        a = min(int(run[pos]), k)
+        drafted.append(k)
+        accepted.append(a)
+        pos += a + 1
+    return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
+
+
 @runtime_checkable
 class Drafter(Protocol):
     #: registry name, e.g. "ngram"

@@ -17,11 +17,15 @@ from typing import Any
 import numpy as np
 
 from specgauge.config import SpeculativeConfig
-from specgauge.drafters.base import ReplayTrace, make_drafter, replay_by_stepping
+from specgauge.drafters.base import (
+    ReplayTrace,
+    make_drafter,
+    replay_by_stepping,
+    trace_from_matches,
+)
 from specgauge.predict.law import is_model_method, method_kind
 from specgauge.predict.schedule import PlannedRequest
 from specgauge.predict.types import ProfileError
-from specgauge.simulate.run import trace_from_matches
 
 
 @dataclass

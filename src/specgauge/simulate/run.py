@@ -21,12 +21,35 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.config import ConfigError, SpeculativeConfig
-from specgauge.drafters.base import Drafter, ReplayTrace, make_drafter, replay_by_stepping
+from specgauge.drafters.base import (  # trace_from_matches re-exported
+    Drafter,
+    ReplayTrace,
+    make_drafter,
+    replay_by_stepping,
+    trace_from_matches,
+)
 from specgauge.errors import UserError
-from specgauge.simulate.cost_model import CostProfiles, SpeedupPrediction, predict_speedup
-from specgauge.simulate.probabilistic import ProbabilisticAccumulator, ProbabilisticSummary, alpha_lower_bound
-from specgauge.simulate.replay import AcceptanceAccumulator, AcceptanceSummary, RequestAcceptance
-from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload, segment_rule
+from specgauge.simulate.cost_model import (
+    CostProfiles,
+    SpeedupPrediction,
+    predict_speedup,
+)
+from specgauge.simulate.probabilistic import (
+    ProbabilisticAccumulator,
+    ProbabilisticSummary,
+    alpha_lower_bound,
+)
+from specgauge.simulate.replay import (
+    AcceptanceAccumulator,
+    AcceptanceSummary,
+    RequestAcceptance,
+)
+from specgauge.workload.loaders import (
+    LoadOptions,
+    LoadReport,
+    iter_workload,
+    segment_rule,
+)
 from specgauge.workload.schema import WorkloadItem
 from specgauge.workload.tokenizer import Tokenizer, model_match
 from specgauge.workload.tokenizer import describe as describe_tokenizer
@@ -133,26 +156,6 @@ class SimulateResult(BaseModel):
     notes: list[str]
     #: sampling draft models at temperature > 0: lower bounds per segment ("" = all requests)
     probabilistic: dict[str, list[ProbabilisticSummary]] = Field(default_factory=dict)
-
-
-def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
-    """Greedy draft model from one teacher-forced pass: ``match[j]`` says the draft's argmax at output
-    position j (given the true history) equals the logged token. A step at ``pos`` proposes k tokens;
-    token i is accepted iff tokens pos..pos+i all match (after a mismatch the history diverges, but
-    those tokens are rejected anyway), so accepted = min(k, run of matches from pos). Output token 0
-    comes from the prefill, so the first step is at pos 1."""
-    n = len(match)
-    idx = np.arange(n)
-    next_false = np.minimum.accumulate(np.where(match, n, idx)[::-1])[::-1] if n else idx
-    run = next_false - idx
-    drafted, accepted = [], []
-    pos = 1
-    while pos < n:
-        a = min(int(run[pos]), k)
-        drafted.append(k)
-        accepted.append(a)
-        pos += a + 1
-    return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
 
 def _token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int], bool]:

@@ -212,7 +212,7 @@ class _Replayer:
         if self.method == "draft_model":
             import numpy as np
 
-            from specgauge.simulate.run import trace_from_matches
+            from specgauge.drafters.base import trace_from_matches
 
             pred = d.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
             return trace_from_matches(np.asarray(pred) == np.asarray(out), self.k)

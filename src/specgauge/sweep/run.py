@@ -86,9 +86,9 @@ def run_sweep(cfg: SweepConfig, console: Any = None) -> SweepResult:
 
         try:
             mb = max(cfg.concurrencies) if cfg.target.kind == "embedded" else None  # the embedded server's --max-batch
-            preds = predict_cells(profile, cfg.workload, cells, num_prompts=cfg.num_prompts, max_batch=mb)
-        except NotImplementedError as e:
-            info.reason = f"the predictor is not available in this version: {e}"
+            # one server per config over ascending concurrencies: a suffix cache remembers the earlier cells
+            preds = predict_cells(profile, cfg.workload, cells, num_prompts=cfg.num_prompts, max_batch=mb,
+                                  warmup=cfg.warmup, reused_server=True)
         except UserError as e:
             info.reason = f"prediction failed: {e}"
         else:

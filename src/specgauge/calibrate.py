@@ -6,6 +6,10 @@ or three concurrencies, few prompts each, benched by the sweep's grid runner
 running URLs). Then ``fit_profile`` on the run directories, and predicted beside measured for the
 calibration cells themselves (an in-sample check: a law that cannot even reproduce its own runs
 says so here). Writes ``cost_profile.json`` into the output directory.
+
+Boundary: orchestration beside ``bench`` and ``demo`` — it runs servers through ``specgauge.sweep``
+and fits with ``specgauge.predict``; ``predict`` itself only reads run directories, so neither of
+those packages imports the other's side back.
 """
 
 from __future__ import annotations
