@@ -3,9 +3,9 @@ the workload through a simulated closed-loop bench that turns it into the figure
 
 Boundary: the law, the fit and the prediction (``law``, ``observe``, ``fit``, ``profile``, ``replay``,
 ``schedule``, ``predict``) read bench output directories (``results.jsonl`` + ``run.json``) and
-workloads with logged outputs, and never touch a server. Only ``calibrate`` drives live runs, through
-the sweep's grid runner (``specgauge.sweep.run_grid``), and ``scripted_server`` is a test server with a
-known law. Nothing here imports the CLI.
+workloads with logged outputs, and never touch a server; ``scripted_server`` is a test server with a
+known law. Live calibration runs belong to ``specgauge.calibrate`` (outside this package), which
+drives the sweep's grid runner and then fits here. Nothing here imports the CLI, the sweep or simulate.
 
 Public API (used by ``specgauge.sweep`` / ``specgauge.recommend`` / the demo):
 
