@@ -8,6 +8,7 @@ reads the absolute or working-directory-relative paths older results hold).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 BUILTIN_PREFIX = "specgauge:samples/"
@@ -52,3 +53,46 @@ def public_url(url: str) -> str:
     if p.port:
         host = f"{host}:{p.port}"
     return urlunsplit((p.scheme, host, p.path, "", ""))
+
+
+_MODEL_KEYS = ("model", "draft_model")
+
+
+def _map_specs(data: object, fn: Callable[[dict], dict]) -> object:
+    """Apply ``fn`` to every ``speculative_config`` dict nested anywhere in JSON-like ``data``."""
+    if isinstance(data, dict):
+        return {k: (fn(v) if k == "speculative_config" and isinstance(v, dict) else _map_specs(v, fn)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_map_specs(v, fn) for v in data]
+    return data
+
+
+def portable_specs(data: object, base_dir: str | Path) -> object:
+    """Every ``speculative_config``'s model directory (a draft model) written as ``portable_path``
+    does, so a stored sweep or cell names no machine path; ``resolve_specs`` reads it back."""
+
+    def fn(spec: dict) -> dict:
+        out = dict(spec)
+        for k in _MODEL_KEYS:
+            v = out.get(k)
+            if isinstance(v, str) and Path(v).is_absolute() and Path(v).exists():
+                out[k] = portable_path(v, base_dir)
+        return out
+
+    return _map_specs(data, fn)
+
+
+def resolve_specs(data: object, base_dir: str | Path) -> object:
+    """The inverse of ``portable_specs`` for results stored in ``base_dir``."""
+
+    def fn(spec: dict) -> dict:
+        out = dict(spec)
+        for k in _MODEL_KEYS:
+            v = out.get(k)
+            if isinstance(v, str) and not Path(v).is_absolute():
+                p = resolve_portable(v, base_dir)
+                if p.exists():
+                    out[k] = str(p.resolve())
+        return out
+
+    return _map_specs(data, fn)

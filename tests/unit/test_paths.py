@@ -47,3 +47,22 @@ def test_bench_run_json_never_holds_credentials(tmp_path) -> None:
                       output_dir=tmp_path / "out", api_key="sk-123")
     text = str(cfg.public())
     assert "secret" not in text and "tok" not in text and "sk-123" not in text
+
+
+def test_speculative_configs_store_a_draft_model_without_machine_paths(tmp_path) -> None:
+    import json
+
+    from specgauge.paths import portable_specs, resolve_specs
+
+    draft = tmp_path / "models" / "draft"
+    draft.mkdir(parents=True)
+    out = tmp_path / "sweep"
+    out.mkdir()
+    data = {"cells": [{"label": "d", "speculative_config": {"model": str(draft), "num_speculative_tokens": 2}},
+                      {"label": "off", "speculative_config": None}]}
+    stored = portable_specs(data, out)
+    assert str(tmp_path) not in json.dumps(stored)
+    assert stored["cells"][0]["speculative_config"] == {"model": "../models/draft", "num_speculative_tokens": 2}
+    assert resolve_specs(stored, out) == {"cells": [{"label": "d", "speculative_config": {"model": str(draft.resolve()),
+                                                                                          "num_speculative_tokens": 2}},
+                                                    {"label": "off", "speculative_config": None}]}

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.paths import portable_specs, resolve_specs
 from specgauge.predict.law import StepTable
 from specgauge.predict.replay import resolve_spec
 from specgauge.predict.schedule import PlannedRequest
@@ -44,7 +45,8 @@ def write_cell(run_dir: Path, cell: CellSpec) -> Path:
     """Record beside a bench run which server config and concurrency it measured (read by ``fit_profile``)."""
     p = Path(run_dir) / CELL_FILE
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(cell.model_dump_json(indent=1), encoding="utf-8")
+    data = portable_specs(cell.model_dump(mode="json"), run_dir)  # a draft model's directory: no machine path
+    p.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return p
 
 
@@ -77,7 +79,7 @@ def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
         cp = run_dir / CELL_FILE
         if cp.is_file():
             try:
-                cell = CellSpec.model_validate_json(cp.read_text(encoding="utf-8"))
+                cell = CellSpec.model_validate(resolve_specs(json.loads(cp.read_text(encoding="utf-8")), run_dir))
             except ValueError as e:
                 raise ProfileError(f"{cp}: not a cell description ({str(e).splitlines()[0]})") from None
         else:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from specgauge.config import format_validation_error
 from specgauge.errors import UserError
+from specgauge.paths import portable_specs, resolve_specs
 from specgauge.predict.types import CellPrediction
 from specgauge.stats.compare import CI
 
@@ -178,7 +179,8 @@ class SweepManifest(BaseModel):
         self.updated_at = time.time()
         path = out_dir / MANIFEST
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.model_dump(mode="json"), ensure_ascii=False, indent=1, allow_nan=False), encoding="utf-8")
+        data = portable_specs(self.model_dump(mode="json"), out_dir)  # a draft model's directory: no machine path
+        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1, allow_nan=False), encoding="utf-8")
         os.replace(tmp, path)
         return path
 
@@ -199,6 +201,6 @@ class SweepManifest(BaseModel):
         if not isinstance(data, dict) or data.get("kind") != KIND:
             raise SweepError(f"{p}: not a specgauge sweep manifest (kind {KIND!r} expected)")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(resolve_specs(data, p.parent))
         except ValidationError as e:
             raise SweepError(f"{p}: {format_validation_error(e)}") from None
