@@ -205,3 +205,35 @@ def test_a_long_fast_stream_is_read_whole_through_the_hook() -> None:
     for r in recs:
         assert r.ok, r.error
         assert len(r.chunks) == 3000 and sum(c.n for c in r.chunks) == r.output_tokens == 3000
+
+
+def test_buffered_bytes_are_taken_whole_from_aiohttps_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the installed aiohttp the buffer is taken in one piece (its layout is the known one: if an
+    upgrade changes it, the public per-chunk path is used and this test says so)."""
+    import aiohttp
+
+    from specgauge.loadgen.runner import _take_buffered
+
+    class Proto:
+        _reading_paused = False
+
+        def pause_reading(self) -> None: ...
+
+        def resume_reading(self) -> None: ...
+
+    async def go() -> tuple[bytes, bytes]:
+        r = aiohttp.StreamReader(Proto(), 2**16, loop=asyncio.get_running_loop())  # type: ignore[arg-type]
+        for piece in (b"data: 1\n\n", b"data: 2\n", b"\ndata: 3\n\n"):
+            r.begin_http_chunk_receiving()
+            r.feed_data(piece)
+            r.end_http_chunk_receiving()
+        assert r.read_nowait(3) == b"dat"  # a partly read first chunk: the offset is honoured
+        monkeypatch.setattr(aiohttp.StreamReader, "read_nowait", lambda self, n=-1: pytest.fail("per-chunk path"))
+        taken = _take_buffered(r)
+        monkeypatch.undo()
+        r.feed_data(b"data: 4\n\n")
+        return taken, r.read_nowait()
+
+    taken, after = asyncio.run(go())
+    assert taken == b"a: 1\n\ndata: 2\n\ndata: 3\n\n"
+    assert after == b"data: 4\n\n"  # the reader is consistent afterwards

@@ -15,6 +15,7 @@ it to disk before the next one finishes. Failures are classified (``FailureKind`
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import json
@@ -22,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from types import NoneType
 from typing import Any
 
 import aiohttp
@@ -201,13 +203,18 @@ def apply_events(events: list[SSEEvent], t: float, st: _Stream, status: int,
 def apply_payloads(payloads: Sequence[bytes | str], t: float, st: _Stream, status: int,
                    cumulative: Callable[[dict[str, Any]], int | None]) -> None:
     """``apply_events`` on the events' ``data`` payloads (bytes from ``SSEParser.feed_data``, or
-    text). The hot loop: one JSON decode per event, the rest dict lookups."""
+    text)."""
     for payload in payloads:
-        if st.done:
-            continue
+        _apply_one(payload, t, st, status, cumulative)
+
+
+def _apply_one(payload: bytes | str, t: float, st: _Stream, status: int,
+               cumulative: Callable[[dict[str, Any]], int | None]) -> None:
+    """One event's payload. The hot path: one JSON decode, the rest dict lookups."""
+    if not st.done:
         if payload == b"[DONE]" or payload == "[DONE]":
             st.done = True
-            continue
+            return
         try:
             obj = _loads(payload)
         except ValueError:
@@ -308,18 +315,18 @@ class _Sink:
     the moment the connection handed them over; ``done`` resolves at the end of the body or at the
     first problem (kept in ``error``; raised by the reading task, never inside aiohttp)."""
 
-    __slots__ = ("cumulative", "done", "error", "frames", "sent", "st", "status")
+    __slots__ = ("cumulative", "done", "error", "parser", "sent", "st", "status")
 
-    def __init__(self, frames: Callable[[bytes], list[bytes]], st: _Stream, sent: float, status: int,
+    def __init__(self, parser: SSEParser, st: _Stream, sent: float, status: int,
                  cumulative: Callable[[dict[str, Any]], int | None]) -> None:
-        self.frames, self.st, self.sent, self.status, self.cumulative = frames, st, sent, status, cumulative
+        self.parser, self.st, self.sent, self.status, self.cumulative = parser, st, sent, status, cumulative
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: BaseException | None = None
 
     def feed(self, data: bytes) -> None:
         if self.error is None:
             try:
-                apply_payloads(self.frames(data), _perf() - self.sent, self.st, self.status, self.cumulative)
+                apply_payloads(self.parser.feed_data(data), _perf() - self.sent, self.st, self.status, self.cumulative)
             except (RequestFailed, MalformedSSE) as e:
                 self.fail(e)
 
@@ -354,8 +361,13 @@ class _HookedReader(aiohttp.StreamReader):
         if sink is None:
             return super().feed_data(data, size)
         if sink.error is None:  # Sink.feed, inlined: this runs once per chunk
+            p = sink.parser
             try:
-                apply_payloads(sink.frames(data), _perf() - sink.sent, sink.st, sink.status, sink.cumulative)
+                if (data[-2:] == b"\n\n" and data[:6] == b"data: " and not p._buf and not p._has_data
+                        and data.count(b"\n") == 2 and b"\r" not in data):  # one whole one-line event, as servers send
+                    _apply_one(data[6:-2], _perf() - sink.sent, sink.st, sink.status, sink.cumulative)
+                else:
+                    apply_payloads(p.feed_data(data), _perf() - sink.sent, sink.st, sink.status, sink.cumulative)
             except (RequestFailed, MalformedSSE) as e:
                 sink.fail(e)
         return False
@@ -367,18 +379,45 @@ class _HookedReader(aiohttp.StreamReader):
             sink.fail(exc)
 
 
+def _take_buffered(reader: aiohttp.StreamReader) -> bytes:
+    """Everything ``reader`` holds, in order, leaving it empty. With aiohttp's known buffer layout
+    this is one join; otherwise (another aiohttp) the public ``read_nowait``, which costs a call
+    and a parser resume per HTTP chunk. The caller resumes reading afterwards."""
+    buf = getattr(reader, "_buffer", None)
+    off = getattr(reader, "_buffer_offset", None)
+    splits = getattr(reader, "_http_chunk_splits", ())
+    if (type(buf) is not collections.deque or type(off) is not int or type(getattr(reader, "_size", None)) is not int
+            or type(getattr(reader, "_cursor", None)) is not int or not isinstance(splits, (collections.deque, NoneType))):
+        pieces: list[bytes] = []
+        while piece := reader.read_nowait():  # a resumed parser may refill the buffer: until it stays empty
+            pieces.append(piece)
+        return b"".join(pieces)
+    data = b"".join(buf)
+    if off:
+        data = data[off:]
+    buf.clear()
+    reader._buffer_offset = 0
+    reader._size = 0
+    reader._cursor += len(data)
+    if splits:
+        splits.clear()
+    return data
+
+
 async def _read_hooked(reader: aiohttp.StreamReader, sink: _Sink) -> None:
     """Reads the body through ``sink`` until its end; raises what the stream or connection raised."""
-    # what arrived with the headers (raises a stored connection error). Draining can resume a paused
-    # parser, which feeds more into the buffer at once: drain until it stays empty, then switch.
-    buffered: list[bytes] = []
-    while piece := reader.read_nowait():
-        buffered.append(piece)
+    exc = reader.exception()
+    if exc is not None:  # the connection failed before the body was read
+        raise exc
+    buffered = _take_buffered(reader)  # what arrived with the headers
     reader.__class__ = _HookedReader
     _SINKS[id(reader)] = sink
     try:
         if buffered:
-            sink.feed(b"".join(buffered))
+            sink.feed(buffered)
+        protocol = getattr(reader, "_protocol", None)
+        if protocol is not None:  # a full buffer paused reading (and the parser): go on, into the hook
+            protocol.resume_reading()
         reader.on_eof(sink.eof)  # at once when the body has already ended
         await sink.done
     finally:
@@ -430,7 +469,7 @@ class Runner:
             perf, status, cumulative = time.perf_counter, resp.status, self.dialect.cumulative_tokens
             reader = resp.content
             if HOOK_READER and type(reader) is aiohttp.StreamReader:  # the fast path: parse where the bytes arrive
-                await _read_hooked(reader, _Sink(parser.feed_data, st, sent, status, cumulative))
+                await _read_hooked(reader, _Sink(parser, st, sent, status, cumulative))
             else:  # any other body reader: read what is buffered, stamp it at the read
                 feed, read = parser.feed_data, reader.readany
                 while True:  # readany: everything buffered so far (b"" at the end of the body)
