@@ -211,3 +211,22 @@ def test_flat_verification_feeds_only_what_was_drafted(
 def test_bad_verify_layout_is_refused(models: tuple[Path, Path]) -> None:
     with pytest.raises(ValueError, match="verify_layout"):
         Engine(models[0], None, max_batch=1, max_model_len=64, verify_layout="ragged")  # type: ignore[arg-type]
+
+
+def test_greedy_and_sampled_requests_in_one_batch(models: tuple[Path, Path], reference: dict[int, list[list[int]]]) -> None:
+    """Greedy rows take the argmax path, sampled rows rejection sampling, in the same verification:
+    the greedy ones still equal target-only greedy, the seeded sampled ones what they give alone."""
+    sampled = SamplingParams(max_tokens=40, temperature=0.9, top_k=20, seed=7, ignore_eos=True)
+    ps = prompts(6)
+    for kind in ("draft_model", "test_lookup"):
+        alone = generate(make_engine(kind, 3, models, max_batch=1), [ps[1]], sampled)[0]
+        eng = make_engine(kind, 3, models, max_batch=6)
+        ids = [f"m{i}" for i in range(6)]
+        for i, (rid, p) in enumerate(zip(ids, ps, strict=True)):
+            eng.add_request(rid, p, sampled if i == 1 else GREEDY)
+        out: dict[str, list[int]] = {rid: [] for rid in ids}
+        while eng.has_unfinished():
+            for o in eng.step():
+                out[o.request_id] += o.new_token_ids
+        assert out["m1"] == alone, kind
+        assert [out[r] for i, r in enumerate(ids) if i != 1] == [x for i, x in enumerate(reference[6]) if i != 1], kind
