@@ -212,7 +212,7 @@ def test_buffered_bytes_are_taken_whole_from_aiohttps_reader(monkeypatch: pytest
     upgrade changes it, the public per-chunk path is used and this test says so)."""
     import aiohttp
 
-    from specgauge.loadgen.runner import _take_buffered
+    from specgauge.loadgen.hooked import _take_buffered
 
     class Proto:
         _reading_paused = False
