@@ -30,7 +30,7 @@ from specgauge.loadgen import arrivals as A
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.memory import MemorySampler
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
-from specgauge.loadgen.runner import Runner, RunnerSettings, new_session
+from specgauge.loadgen.runner import Runner, RunnerSettings, new_session, run_async
 from specgauge.paths import portable_path, public_url
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
 from specgauge.report.bench_console import format_summary  # noqa: F401  (the CLI and tests import it from here)
@@ -442,7 +442,7 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
     sess: dict[str, Any] = {}
     try:
         if todo:
-            sess = asyncio.run(_session_run(cfg, reqs, todo, results, run, on_record))
+            sess = run_async(_session_run(cfg, reqs, todo, results, run, on_record))  # uvloop where installed
     except KeyboardInterrupt:
         run.warnings.append("interrupted: finished requests are saved; rerun with --resume to continue")
         sess = {"interrupted": True}

@@ -237,3 +237,21 @@ def test_buffered_bytes_are_taken_whole_from_aiohttps_reader(monkeypatch: pytest
     taken, after = asyncio.run(go())
     assert taken == b"a: 1\n\ndata: 2\n\ndata: 3\n\n"
     assert after == b"data: 4\n\n"  # the reader is consistent afterwards
+
+
+def test_run_async_uses_uvloop_where_installed_and_the_runner_works_on_it() -> None:
+    uvloop = pytest.importorskip("uvloop")
+    from specgauge.loadgen.runner import run_async
+
+    with FakeServer() as srv:
+        async def go() -> tuple[type, list[RequestRecord]]:
+            async with new_session(2) as s:
+                r = Runner(RunnerSettings(srv.base_url, "fake", None, 2, 5.0), get_dialect("vllm"), s)
+                recs = await r.run([(i, creq(i, p), 0.001 * i) for i, p in enumerate(["tokens:500 per:2", "fault:badjson"])])
+            return type(asyncio.get_running_loop()), recs
+
+        loop_type, (good, bad) = run_async(go())
+    assert issubclass(loop_type, uvloop.Loop)
+    assert good.ok and sum(c.n for c in good.chunks) == good.output_tokens == 500
+    assert [c.n for c in good.chunks] == [1] + [2] * 249 + [1]  # the scripted server: first token alone
+    assert bad.failure is FailureKind.invalid_json
