@@ -20,7 +20,7 @@ from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.predict import CellSpec, predict_cells
 from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.grid import config_label, grid_method
-from specgauge.workload.samples import sample_logged_path
+from tests.integration._workloads import cut_logged_sample
 
 pytestmark = pytest.mark.slow
 
@@ -33,21 +33,7 @@ MAX_TOKENS = 24
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 16 logged sample requests, outputs cut to 24 tokens (max_tokens says so too)."""
-    out = tmp_path_factory.mktemp("wl") / "logged.jsonl"
-    lines = []
-    with open(sample_logged_path(), encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            if len(d["response"]["output_token_ids"]) < 8:
-                continue
-            d["request"]["max_tokens"] = MAX_TOKENS
-            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:MAX_TOKENS]
-            d["response"]["text"] = ""
-            lines.append(json.dumps(d))
-            if len(lines) == 16:
-                break
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return cut_logged_sample(tmp_path_factory.mktemp("wl") / "logged.jsonl", 16, MAX_TOKENS)
 
 
 def serve(stack: ExitStack, workload: Path, specs: dict[str, dict | None]) -> ServerTarget:

@@ -9,7 +9,6 @@ calibration cells. Skips, saying why, where the vLLM venv or the tiny model is a
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 from specgauge.predict import StepCostProfile
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
+from tests.integration._workloads import cut_logged_sample
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -29,23 +29,8 @@ ENV = "HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 VLLM_NO_
 
 def _workload(tmp: Path, n: int = 6) -> Path:
     """Greedy logged sample requests without tools, outputs cut to 24 tokens (the log says so too)."""
-    from specgauge.workload.samples import sample_logged_path
-
-    rows = []
-    for line in sample_logged_path().read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        r = d["request"]
-        if r.get("temperature") == 0.0 and not r.get("tools") and len(d["response"]["output_token_ids"]) >= 12:
-            r["max_tokens"] = 24
-            r.pop("arrival_time", None)
-            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:24]
-            d["response"]["text"] = ""
-            rows.append(json.dumps(d))
-        if len(rows) == n:
-            break
-    p = tmp / "w.jsonl"
-    p.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return p
+    return cut_logged_sample(tmp / "w.jsonl", n, 24, min_output=12, drop_arrival_time=True,
+                             keep=lambda r: r.get("temperature") == 0.0 and not r.get("tools"))
 
 
 def test_calibrate_on_real_vllm(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from specgauge.predict.scripted_server import ScriptedServer
 from specgauge.sweep import ServerTarget
 from specgauge.sweep.grid import grid_method
 from specgauge.sweep.models import SweepManifest
-from specgauge.workload.samples import sample_logged_path
+from tests.integration._workloads import cut_logged_sample
 
 pytestmark = pytest.mark.slow
 
@@ -35,21 +35,7 @@ N = 12
 
 def _workload(tmp: Path) -> Path:
     """The first logged sample requests, outputs cut to 24 tokens (max_tokens says so too)."""
-    lines = []
-    with open(sample_logged_path(), encoding="utf-8") as f:
-        for line in f:
-            d = json.loads(line)
-            if len(d["response"]["output_token_ids"]) < 8:
-                continue
-            d["request"]["max_tokens"] = MAX_TOKENS
-            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:MAX_TOKENS]
-            d["response"]["text"] = ""
-            lines.append(json.dumps(d))
-            if len(lines) == N:
-                break
-    out = tmp / "logged.jsonl"
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return cut_logged_sample(tmp / "logged.jsonl", N, MAX_TOKENS)
 
 
 def test_sweep_sets_predicted_beside_measured(tmp_path: Path) -> None:
