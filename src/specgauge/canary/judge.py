@@ -46,7 +46,12 @@ from pydantic import BaseModel, Field
 from specgauge.canary.config import JudgeConfig
 from specgauge.canary.window import PairResult, Sample
 from specgauge.records import SpecCounts
-from specgauge.stats.shift import bootstrap_quantile_ratio, failure_test, hodges_lehmann, rate_above
+from specgauge.stats.shift import (
+    bootstrap_quantile_ratio,
+    failure_test,
+    hodges_lehmann,
+    rate_above,
+)
 
 GAIN = "gain beyond the margin"
 SLOWER = "slower beyond the margin"

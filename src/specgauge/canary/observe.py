@@ -15,7 +15,13 @@ from enum import Enum
 from typing import Any
 
 from specgauge.loadgen.dialects import Dialect
-from specgauge.loadgen.runner import RequestFailed, StreamState, _error_message, apply_events, stream_record
+from specgauge.loadgen.runner import (
+    RequestFailed,
+    StreamState,
+    _error_message,
+    apply_events,
+    stream_record,
+)
 from specgauge.loadgen.sse import MalformedSSE, SSEParser
 from specgauge.records import FailureKind, RequestRecord
 

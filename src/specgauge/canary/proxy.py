@@ -31,7 +31,14 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
-from specgauge.canary.observe import Capture, Role, Side, build_record, is_greedy, pairing_key
+from specgauge.canary.observe import (
+    Capture,
+    Role,
+    Side,
+    build_record,
+    is_greedy,
+    pairing_key,
+)
 from specgauge.canary.routing import Router, session_key, to_candidate
 from specgauge.loadgen.dialects import Dialect
 from specgauge.loadgen.runner import classify_failure
