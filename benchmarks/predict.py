@@ -33,14 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.bench import BenchConfig, run_bench
+from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
 from specgauge.predict import CellSpec, predict_cells
 from specgauge.records import ResultsFile
 from specgauge.stats.compare import CompareConfig, compare_records
 from specgauge.sweep import ServerTarget, run_grid
-from specgauge.sweep.target import open_server
 from specgauge.sweep.grid import config_label, grid_method
+from specgauge.sweep.target import open_server
 from specgauge.workload.samples import sample_logged_path
 
 
