@@ -1,7 +1,8 @@
 """Calibrated prediction vs measurement: calibrate on a few cells, predict cells it never saw, measure them.
 
 1. ``specgauge calibrate`` (library): no speculation + one config per method (ngram k=4, suffix k=4,
-   draft model k=2) at concurrency {1, 4}, on the embedded engine (default) or ``--server-cmd``.
+   draft model k=2) at concurrency {1, 4}, on the embedded engine (default) or ``--server-cmd``;
+   measured paired as the validation below (``CalibrateConfig.paired_repeats``) unless ``--unpaired``.
 2. Validation cells: ngram k=2, 8; suffix k=2, 8; draft model k=1, 3 at concurrency {1, 2, 4, 8}, the
    calibration configs at {2, 8}. Measured *paired* (default): a baseline server stays up for the
    whole validation beside one candidate server at a time (concurrencies ascending), and every cell
@@ -33,14 +34,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specgauge.bench import BenchConfig, run_bench
-from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
+from specgauge.calibrate import (
+    CalibrateConfig,
+    measure_cell,
+    predict_paired,
+    run_calibration,
+)
 from specgauge.predict import CellSpec, predict_cells
-from specgauge.records import ResultsFile
-from specgauge.stats.compare import CompareConfig, compare_records
 from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.grid import config_label, grid_method
-from specgauge.sweep.target import open_server
+from specgauge.sweep.paired import paired_speedup, run_paired
 from specgauge.workload.samples import sample_logged_path
 
 
@@ -61,52 +64,6 @@ def cut_workload(src: Path, dst: Path, max_tokens: int) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return dst
-
-
-def _done(d: Path) -> bool:
-    return (d / "summary.json").is_file()
-
-
-def _records(d: Path, rep: int) -> list[Any]:
-    return [r.model_copy(update={"id": f"{r.id}~r{rep}"}) for r in ResultsFile(d / "results.jsonl").existing()]
-
-
-def measure_paired(configs: list[tuple[str, dict[str, Any] | None, list[int]]], target: ServerTarget, workload: list[Path],
-                   out: Path, n: int, repeats: int, resume: bool) -> dict[tuple[str, int], dict[str, Any]]:
-    """Every candidate cell against a baseline server that stays up beside it: ``repeats`` times a
-    baseline run and a candidate run back to back (order alternating). Returns per cell: compare's
-    speedup over the pooled repeats (requests paired within a repeat) with its CI, and each repeat's."""
-    max_batch = max(c for _, _, cs in configs for c in cs)
-    res: dict[tuple[str, int], dict[str, Any]] = {}
-
-    def bench(url: str, d: Path, c: int) -> None:
-        if resume and _done(d):
-            return
-        run_bench(BenchConfig(base_url=url, workload=workload, output_dir=d, max_concurrency=c, num_prompts=n,
-                              warmup=1, progress=False, api_key=target.api_key))
-
-    with open_server(target, "off", None, out / "off" / "server.log", max_batch) as (base_url, _):
-        for label, spec, concs in configs:
-            if spec is None:
-                continue
-            with open_server(target, label, spec, out / label / "server.log", max_batch) as (url, _):
-                for c in sorted(concs):
-                    per: list[float] = []
-                    pooled_b: list[Any] = []
-                    pooled_c: list[Any] = []
-                    for r in range(repeats):
-                        bd, cd = out / label / f"c{c}" / f"r{r}-off", out / label / f"c{c}" / f"r{r}-cand"
-                        for url_, d in ((base_url, bd), (url, cd)) if r % 2 == 0 else ((url, cd), (base_url, bd)):
-                            bench(url_, d, c)
-                        b, k = _records(bd, r), _records(cd, r)
-                        per.append(compare_records(b, k, CompareConfig(resamples=2000))[0].speedup.estimate)
-                        pooled_b += b
-                        pooled_c += k
-                    s = compare_records(pooled_b, pooled_c, CompareConfig(resamples=2000))[0].speedup
-                    res[(label, c)] = {"measured": s.estimate, "low": s.low, "high": s.high, "per_repeat": per}
-                    print(f"  measured {label} c{c}: {s.estimate:.3f} [{s.low:.3f}, {s.high:.3f}] "
-                          f"(repeats {', '.join(f'{x:.3f}' for x in per)})", flush=True)
-    return res
 
 
 def main() -> None:
@@ -151,7 +108,7 @@ def main() -> None:
     print(f"== calibrate: off + {', '.join(methods)} at concurrency {a.calibrate_concurrency}, {n} prompts per cell")
     cal = run_calibration(CalibrateConfig(workload=workload, out_dir=a.out / "calibration", methods=cal_methods,
                                           concurrencies=ints(a.calibrate_concurrency), num_prompts=n, bootstrap=boot,
-                                          target=target, resume=a.resume))
+                                          target=target, resume=a.resume, paired_repeats=0 if a.unpaired else a.repeats))
     prof = cal.profile
     print(f"shape {prof.shape}; residuals {json.dumps({k: v for k, v in prof.residuals.items() if k != 'per_run'})}")
     print("params (ms): " + ", ".join(f"{k}={v * 1e3:.4g}" for k, v in prof.params.items()))
@@ -189,14 +146,12 @@ def main() -> None:
         preds = predict_cells(prof, workload, spec_cells, num_prompts=n, warmup=1, reused_server=True)
     else:
         print(f"== paired validation: {len(spec_cells)} cells x {a.repeats} repeats (baseline server kept up beside each)")
-        got = measure_paired(configs, target, workload, a.out / "paired", n, a.repeats, a.resume)
-        measured = {k: (v["measured"], v["low"], v["high"], v["per_repeat"]) for k, v in got.items()}
-        # the candidate server served every earlier concurrency's repeats (and its warm-ups) before this one
-        order = {lab: sorted(cs) for lab, _, cs in configs}
-        per_rep = [predict_cells(prof, workload, spec_cells, num_prompts=n, warmup=1, earlier_runs={
-            (c.label, c.concurrency): order[c.label].index(c.concurrency) * a.repeats + r for c in spec_cells}) for r in range(a.repeats)]
-        preds = [p[0].model_copy(update={k: statistics.fmean(getattr(x, k) for x in p) for k in ("speedup", "speedup_low", "speedup_high")
-                                         if all(getattr(x, k) is not None for x in p)}) for p in zip(*per_rep, strict=True)]
+        runs = run_paired(spec_cells, target, workload, a.out / "paired", num_prompts=n, repeats=a.repeats, warmup=1,
+                          resume=a.resume)
+        for cell in spec_cells:
+            m, lo, hi, per = paired_speedup([r for r in runs if (r.label, r.concurrency) == (cell.label, cell.concurrency)])
+            measured[(cell.label, cell.concurrency)] = (m, lo, hi, per)
+        preds = predict_paired(prof, workload, spec_cells, a.repeats, num_prompts=n, warmup=1)
     print(f"validation took {time.monotonic() - t1:.0f} s")
     rows = []
     for cell, p in zip(spec_cells, preds, strict=True):

@@ -49,6 +49,10 @@ class CalibrateConfig(BaseModel):
     resume: bool = False
     time_budget_s: float | None = Field(default=None, gt=0)
     target: Any = None  #: a ``specgauge.sweep.ServerTarget`` (None: the embedded engine)
+    #: > 0: measure paired (``specgauge.sweep.paired``: a baseline server kept up beside each candidate,
+    #: this many baseline/candidate pairs per cell, back to back), so the machine's drift falls on both
+    #: sides; 0: one server per config in turn (``run_grid``)
+    paired_repeats: int = Field(default=0, ge=0)
 
 
 class CellCheck(BaseModel):
@@ -154,6 +158,8 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
             keyed[(rd.cell.label, rd.cell.concurrency)] = d
         nump = max((int((load_run(d, cell_of.get(str(d))).run.get("config") or {}).get("num_prompts") or 0) for d in dirs),
                    default=0) or None
+    elif cfg.paired_repeats:
+        return _run_paired_calibration(cfg, tokenizer)
     else:
         from specgauge.sweep import ServerTarget, run_grid
 
@@ -176,5 +182,55 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         nump = cfg.num_prompts
     warm = cfg.warmup if not cfg.from_runs else int((load_run(dirs[0]).run.get("config") or {}).get("warmup") or 0)
     checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs)
+    path = profile.save(out / PROFILE_FILE)
+    return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks)
+
+
+def predict_paired(profile: StepCostProfile, workload: Sequence[Path], cells: Sequence[CellSpec], repeats: int, *,
+                   num_prompts: int | None, tokenizer: Any = None, warmup: int = 0) -> list[CellPrediction]:
+    """Predictions for cells measured by ``specgauge.sweep.paired.run_paired``: the candidate server served
+    every earlier concurrency's repeats of its config first (a stateful drafter remembers them), so each
+    repeat is predicted with its own server state and the repeats' figures are averaged."""
+    spec_cells = [c for c in cells if c.speculative_config]
+    order: dict[str, list[int]] = {}
+    for c in spec_cells:
+        order.setdefault(c.label, []).append(c.concurrency)
+    per_rep = [predict_cells(profile, workload, spec_cells, tokenizer=tokenizer, num_prompts=num_prompts, warmup=warmup,
+                             earlier_runs={(c.label, c.concurrency): sorted(order[c.label]).index(c.concurrency) * repeats + r
+                                           for c in spec_cells}) for r in range(repeats)]
+    out = []
+    for preds in zip(*per_rep, strict=True):
+        upd = {k: sum(getattr(p, k) for p in preds) / len(preds) for k in ("speedup", "speedup_low", "speedup_high")
+               if all(getattr(p, k) is not None for p in preds)}
+        out.append(preds[0].model_copy(update=upd))
+    return out
+
+
+def _run_paired_calibration(cfg: CalibrateConfig, tokenizer: Any) -> CalibrationResult:
+    from specgauge.sweep import ServerTarget
+    from specgauge.sweep.paired import paired_speedup, run_paired
+
+    out = Path(cfg.out_dir)
+    target = cfg.target or ServerTarget.embedded()
+    cells = [c for c in calibration_cells(cfg.methods, cfg.ks, cfg.concurrencies, embedded=target.kind == "embedded")
+             if c.speculative_config]
+    runs = run_paired(cells, target, cfg.workload, out / "paired", num_prompts=cfg.num_prompts, repeats=cfg.paired_repeats,
+                      warmup=cfg.warmup, seed=cfg.seed, resume=cfg.resume)
+    dirs: list[Path] = []
+    for run in runs:
+        write_cell(run.baseline_dir, CellSpec(label="off", speculative_config=None, concurrency=run.concurrency))
+        write_cell(run.candidate_dir, CellSpec(label=run.label, speculative_config=run.speculative_config,
+                                               concurrency=run.concurrency))
+        dirs += [run.baseline_dir, run.candidate_dir]
+    profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape, bootstrap=cfg.bootstrap,
+                          seed=cfg.seed)
+    preds = predict_paired(profile, cfg.workload, cells, cfg.paired_repeats, num_prompts=cfg.num_prompts,
+                           tokenizer=tokenizer, warmup=cfg.warmup)
+    checks = []
+    for cell, p in zip(cells, preds, strict=True):
+        m, lo, hi, _ = paired_speedup([r for r in runs if r.label == cell.label and r.concurrency == cell.concurrency])
+        checks.append(CellCheck(label=cell.label, concurrency=cell.concurrency, predicted=p.speedup, predicted_low=p.speedup_low,
+                                predicted_high=p.speedup_high, measured=m, measured_low=lo, measured_high=hi,
+                                error=p.speedup / m - 1 if p.speedup is not None and m else None))
     path = profile.save(out / PROFILE_FILE)
     return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks)

@@ -24,6 +24,7 @@ the HTTP round trip (a column of its own).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,8 @@ def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
             cell = CellSpec(label="off", speculative_config=None, concurrency=int(conc))
     method, k, _ = resolve_spec(cell.speculative_config)
     mb = (run.get("calibration") or {}).get("max_batch")
-    name = run_dir.name if not run_dir.name.startswith("c") or not run_dir.name[1:].isdigit() else f"{run_dir.parent.name}/{run_dir.name}"
+    # a sweep's "c4" (or a paired run's "c4-r1…") says nothing without its config's directory
+    name = f"{run_dir.parent.name}/{run_dir.name}" if re.match(r"c\d+(-|$)", run_dir.name) else run_dir.name
     return RunData(name, cell, method, k, records, run, int(mb) if mb else None)
 
 
