@@ -190,7 +190,9 @@ def predict_paired(profile: StepCostProfile, workload: Sequence[Path], cells: Se
                    num_prompts: int | None, tokenizer: Any = None, warmup: int = 0) -> list[CellPrediction]:
     """Predictions for cells measured by ``specgauge.sweep.paired.run_paired``: the candidate server served
     every earlier concurrency's repeats of its config first (a stateful drafter remembers them), so each
-    repeat is predicted with its own server state and the repeats' figures are averaged."""
+    repeat is predicted with its own server state. The repeats' figures are combined as compare pools
+    them: a ratio of sums of request time over the same requests, i.e. the harmonic mean of the
+    repeats' speedups (a repeat at 1.1x and one at 2.2x pool to 1.47x, not 1.65x)."""
     spec_cells = [c for c in cells if c.speculative_config]
     order: dict[str, list[int]] = {}
     for c in spec_cells:
@@ -200,8 +202,8 @@ def predict_paired(profile: StepCostProfile, workload: Sequence[Path], cells: Se
                                            for c in spec_cells}) for r in range(repeats)]
     out = []
     for preds in zip(*per_rep, strict=True):
-        upd = {k: sum(getattr(p, k) for p in preds) / len(preds) for k in ("speedup", "speedup_low", "speedup_high")
-               if all(getattr(p, k) is not None for p in preds)}
+        upd = {k: len(preds) / sum(1.0 / getattr(p, k) for p in preds) for k in ("speedup", "speedup_low", "speedup_high")
+               if all(getattr(p, k) for p in preds)}
         out.append(preds[0].model_copy(update=upd))
     return out
 

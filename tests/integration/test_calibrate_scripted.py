@@ -99,3 +99,34 @@ def test_calibrate_recovers_the_law_and_predicts_unseen_configs(workload: Path, 
         errors[(p.label, p.concurrency)] = (p.speedup, measured)
     bad = {k: v for k, v in errors.items() if abs(v[0] / v[1] - 1) > 0.02}
     assert not bad, errors
+
+
+def test_paired_calibration_recovers_the_law_and_tracks_the_suffix_cache_per_repeat(workload: Path, tmp_path: Path) -> None:
+    """``paired_repeats``: each candidate cell measured as baseline/candidate pairs back to back on
+    servers that stay up. The law still comes back, and the in-sample checks — pooled over repeats in
+    which suffix decoding's cache remembers ever more earlier runs — match what compare measures."""
+    from specgauge.sweep.paired import paired_dirs
+
+    calib = dict([("off", None), spec("ngram", 4), spec("suffix", 4)])
+    with ExitStack() as stack:
+        target = serve(stack, workload, calib)
+        res = run_calibration(CalibrateConfig(workload=[workload], out_dir=tmp_path / "cal", methods=["ngram", "suffix"],
+                                              concurrencies=[1, 4], num_prompts=16, bootstrap=50, target=target, warmup=0,
+                                              paired_repeats=2))
+    # every pair on disk, both sides, each described by its cell.json
+    for label in ("ngram-k4", "suffix-k4"):
+        for c in (1, 4):
+            for r in (0, 1):
+                for d in paired_dirs(tmp_path / "cal" / "paired", label, c, r):
+                    assert (d / "results.jsonl").is_file() and (d / "cell.json").is_file(), d
+    assert len(res.run_dirs) == 2 * 2 * 2 * 2
+    got = res.profile.params
+    for name in ("a", "b", "host[ngram]", "host[suffix]"):
+        assert got[name] == pytest.approx(LAW[name], rel=0.07), (name, got)
+    # the suffix server's later repeats found its cache holding the earlier runs: the fit found them
+    earlier = {run: chk.get("earlier_runs_on_this_server", 0) for run, chk in res.profile.replay_checks.items()
+               if run.startswith("suffix-k4/")}
+    assert earlier == {"suffix-k4/c1-r0": 0, "suffix-k4/c1-r1": 1, "suffix-k4/c4-r0": 2, "suffix-k4/c4-r1": 3}, earlier
+    assert len(res.checks) == 4
+    for c in res.checks:
+        assert c.error is not None and abs(c.error) < 0.03, c

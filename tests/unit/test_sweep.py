@@ -133,7 +133,7 @@ def test_command_target_checks_and_never_writes_secrets() -> None:
 
 def _workload(tmp: Path, n: int = 6) -> Path:
     p = tmp / "w.jsonl"
-    p.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "tokens:12 delay_ms:2", "max_tokens": 12, "temperature": 0.0,
+    p.write_text("".join(json.dumps({"id": f"r{i}", "prompt": "tokens:12 delay_ms:10", "max_tokens": 12, "temperature": 0.0,
                                      "segment": "ab"[i % 2]}) + "\n" for i in range(n)))
     return p
 

@@ -68,6 +68,7 @@ def calibrate(
     shape: Annotated[str, typer.Option("--shape", help="Verification shape: auto (the fit tells), flattened (vLLM) or padded.")] = "auto",
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Refits on resampled requests for the uncertainty band.")] = 200,
     resume: Annotated[bool, typer.Option("--resume", help="Continue calibration runs in the same output directory.")] = False,
+    paired: Annotated[int, typer.Option("--paired", min=0, help="Measure each config as N baseline/candidate pairs back to back, a baseline server kept up beside it (cancels a shared machine's drift; needs room for two servers). 0: one server per config in turn.")] = 0,
     tokenizer: TokOpt = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the runs and cost_profile.json go.")] = Path("specgauge-calibration"),
     as_json: JsonOpt = False,
@@ -93,7 +94,7 @@ def calibrate(
         workload=workload_paths(workload), out_dir=output_dir, from_runs=list(from_runs or []),
         methods=[m.strip() for m in method.split(",") if m.strip()], ks=_method_ks(k),
         concurrencies=parse_int_list(concurrency, "--concurrency"), num_prompts=num_prompts, shape=shape,
-        bootstrap=bootstrap, resume=resume, target=target,
+        bootstrap=bootstrap, resume=resume, target=target, paired_repeats=paired,
     )
     res = run_calibration(cfg, console=err_console, tokenizer=tokenizer)
     if as_json:

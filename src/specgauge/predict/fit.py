@@ -116,14 +116,18 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
     sampled requests' earlier outputs. The winner reproduces the most requests exactly, less one request
     per request's worth of acceptance gap (requests × |live − replayed acceptance|): a candidate that
     gets one more greedy request right but misses the run's acceptance by 30 points (sampled outputs
-    that did not repeat, because other drafts drew other random numbers) is the wrong server state."""
+    that did not repeat, because other drafts drew other random numbers) is the wrong server state.
+    Ties (a cache that stopped learning after two runs replays the same after three) go to the count
+    the runs' send times give, which is exact when one server served every run of the config."""
     from specgauge.predict.replay import STATELESS, prior_requests
 
     cfg = rd.run.get("config") or {}
     warm = int(cfg.get("warmup") or 0)
     n = len(replay.requests)
     same = sum(1 for r in runs if r.cell.label == rd.cell.label)
+    chrono = sum(1 for r in runs if r.cell.label == rd.cell.label and _first_send(r) < _first_send(rd))
     best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    best_key: tuple[float, int] | None = None
     for earlier in range(1 if rd.method in STATELESS else same):
         prior = prior_requests(n, warm, earlier)
         for repeat in (False, True) if prior else (False,):
@@ -133,10 +137,15 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
                 chk["earlier_runs_on_this_server"] = earlier
             if repeat:
                 chk["sampled_outputs_repeat"] = True
-            if best is None or _trace_score(chk) > _trace_score(best[1]):
-                best = (traces, chk)
+            key = (_trace_score(chk), -abs(earlier - chrono))
+            if best_key is None or key > best_key:
+                best, best_key = (traces, chk), key
     assert best is not None
     return best
+
+
+def _first_send(rd: RunData) -> float:
+    return min((r.started_at for r in rd.records), default=0.0)
 
 
 def _trace_score(chk: Mapping[str, Any]) -> float:
