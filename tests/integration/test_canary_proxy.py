@@ -117,6 +117,29 @@ def test_stream_broken_after_bytes_reaches_the_client_broken(pair: tuple[FakeSer
     assert all(r.extra["canary"]["bytes_sent"] for r in cand)
 
 
+def test_a_client_that_closes_after_done_finished_its_request(pair: tuple[FakeServer, FakeServer], tmp_path: Path) -> None:
+    """The openai client (3.x) stops at ``[DONE]`` and closes the connection without reading the
+    chunked end; the upstream here ends its body 300 ms after ``[DONE]``, so the client is always gone
+    first. Each request still counts as finished on both sides, not as a client gone (CI once saw the
+    race the other way: a baseline retry recorded as 'the client closed the connection')."""
+    b, c = pair
+    out = tmp_path / "o"
+    with CanaryThread(cfg(b, c, out, steps=[50.0])) as cy:
+        client = openai.OpenAI(base_url=cy.base_url + "/v1", api_key=KEY, max_retries=0, timeout=20)
+        b.override = c.override = "linger_ms:300"
+        for i in range(6):
+            st = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "tokens:4"}], stream=True,
+                                                stream_options={"include_usage": True}, user=f"u{i}")
+            assert "".join(ch.choices[0].delta.content or "" for ch in st if ch.choices) == "t0 t1 t2 t3 "
+        time.sleep(0.5)  # the proxy records each request once its upstream body has ended
+        status = httpx.get(cy.base_url + "/canary/status").json()
+    recs = ResultsFile(out / "candidate" / "results.jsonl").existing() + ResultsFile(out / "baseline" / "results.jsonl").existing()
+    assert len(recs) == 6 and {r.extra["canary"]["side"] for r in recs} == {"baseline", "candidate"}
+    assert all(r.ok and not r.extra["canary"]["client_gone"] and r.output_tokens == 4 and r.e2e_s for r in recs), \
+        [(r.failure, r.error) for r in recs]
+    assert status["totals"]["client_visible_failures"] == 0
+
+
 def test_upstream_outages_mid_run(tmp_path: Path) -> None:
     out = tmp_path / "o"
     b = FakeServer(model="m").__enter__()

@@ -307,8 +307,12 @@ class Proxy:
             except (aiohttp.ClientError, ConnectionError, OSError) as e:
                 kind, msg, _ = classify_failure(e, self.timeout_s)
                 failure = (kind, msg)
+        # a client that closes once it has read [DONE] (the openai client does, without reading the
+        # chunked end) had the whole answer: that is a finished request, not a client gone
+        done_early = gone and cap.st.done
         if gone or failure is not None:
             resp.close()
+        gone = gone and not done_early
         if failure is not None and not gone:
             tr = request.transport
             if tr is not None:
@@ -318,9 +322,10 @@ class Proxy:
             cap.close()
             failure = cap.failure
             try:
-                await out.write_eof()
+                if not done_early:
+                    await out.write_eof()
             except (ConnectionError, RuntimeError):
-                gone = True
+                gone = not cap.st.done
             e2e = time.perf_counter() - cap.sent if failure is None else None
             resp.release()
         if gone:

@@ -5,7 +5,8 @@ a body without ``[DONE]``, stall, send bytes that are not SSE or not JSON, never
 picks its behaviour from a directive in its prompt (last message for chat), e.g.
 ``"fault:http429"`` or ``"tokens:12 per:3 delay_ms:1"``; ``srv.override`` (same syntax, settable
 while it runs) overrides every request's directive, to make a running server fail or slow down
-(``fault:hang`` never answers; ``first_ms:N`` delays the first chunk). A well-behaved stream looks like vLLM's
+(``fault:hang`` never answers; ``first_ms:N`` delays the first chunk; ``linger_ms:N`` the body's end
+after ``[DONE]``). A well-behaved stream looks like vLLM's
 with ``continuous_usage_stats`` and ``--per-request-spec-decode-metrics``: every chunk of n tokens
 is one speculative step of k=``K`` drafted tokens with n-1 accepted, and ``/metrics`` exposes
 ``vllm:spec_decode_*`` counters that add up exactly those per-request numbers.
@@ -230,6 +231,8 @@ class FakeServer:
         if fault != "nousage":
             await ev(json.dumps(final))
         await ev("[DONE]")
+        if d.get("linger_ms"):  # the body's chunked end comes late (a client may close before it)
+            await asyncio.sleep(float(d["linger_ms"]) / 1000.0)
         self.counters["success"] += 1
         self.counters["gen"] += sent
         if self.spec:
