@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("--calibration-configs-at", default="2,8", help="concurrencies at which the calibration configs are re-measured")
     ap.add_argument("--validate-k", default="2,8", help="k of ngram/suffix cells to predict (draft model: --validate-draft-k)")
     ap.add_argument("--validate-draft-k", default="1,3")
+    ap.add_argument("--calibrate-draft-k", default="2", help="draft model k of the calibration (two, e.g. 2,4: its k-independent cost is fitted too)")
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="cut every request (and its logged output) to this many tokens (--quick: 48)")
     ap.add_argument("--threads", type=int, default=1)
@@ -107,6 +108,7 @@ def main() -> None:
     t0 = time.monotonic()
     print(f"== calibrate: off + {', '.join(methods)} at concurrency {a.calibrate_concurrency}, {n} prompts per cell")
     cal = run_calibration(CalibrateConfig(workload=workload, out_dir=a.out / "calibration", methods=cal_methods,
+                                          ks={"ngram": 4, "suffix": 4, "draft_model": ints(a.calibrate_draft_k)},
                                           concurrencies=ints(a.calibrate_concurrency), num_prompts=n, bootstrap=boot,
                                           target=target, resume=a.resume, paired_repeats=0 if a.unpaired else a.repeats))
     prof = cal.profile
@@ -121,7 +123,7 @@ def main() -> None:
     cal_at = ints(a.calibration_configs_at)
     configs: list[tuple[str, dict[str, Any] | None, list[int]]] = [("off", None, sorted(set(conc) | set(cal_at)))]
     ks = {"ngram": ints(a.validate_k), "suffix": ints(a.validate_k), "draft_model": ints(a.validate_draft_k)}
-    cal_k = {"ngram": 4, "suffix": 4, "draft_model": 2}
+    cal_k = {"ngram": 4, "suffix": 4, "draft_model": ints(a.calibrate_draft_k)[0]}
     for m in methods:
         text = f"draft_model:{draft}" if m == "draft_model" else m
         for k in ks.get(m, []):

@@ -14,7 +14,7 @@ those packages imports the other's side back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ class CalibrateConfig(BaseModel):
     from_runs: list[Path] = Field(default_factory=list)
     #: ``ngram``, ``suffix``, ``draft_model:DIR`` (``draft_model`` alone: the shipped draft on the embedded engine)
     methods: list[str] = Field(default_factory=lambda: ["ngram", "suffix", "draft_model"])
-    ks: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_KS))
+    #: proposal length(s) per method; a draft model measured at two k also gets its k-independent cost
+    ks: dict[str, int | list[int]] = Field(default_factory=lambda: dict(DEFAULT_KS))
     concurrencies: list[int] = Field(default_factory=lambda: [1, 4], min_length=1)
     num_prompts: int | None = Field(default=32, ge=1)
     shape: str = "auto"
@@ -76,7 +77,7 @@ class CalibrationResult(BaseModel):
     checks: list[CellCheck]
 
 
-def calibration_cells(methods: Sequence[str], ks: dict[str, int], concurrencies: Sequence[int],
+def calibration_cells(methods: Sequence[str], ks: Mapping[str, int | list[int]], concurrencies: Sequence[int],
                       embedded: bool = True) -> list[CellSpec]:
     """off + one config per method, at each concurrency (labels as the sweep's)."""
     from specgauge.sweep.grid import (
@@ -99,9 +100,10 @@ def calibration_cells(methods: Sequence[str], ks: dict[str, int], concurrencies:
             from specgauge.models import draft_dir
 
             text = f"draft_model:{draft_dir()}"
-        k = ks.get(name, DEFAULT_KS.get(name, 4))
-        spec = grid_method(text, k)
-        configs.append(ServerConfig(label=config_label(spec), speculative_config=spec))
+        want = ks.get(name, DEFAULT_KS.get(name, 4))
+        for k in sorted(set(want)) if isinstance(want, list) else [want]:
+            spec = grid_method(text, k)
+            configs.append(ServerConfig(label=config_label(spec), speculative_config=spec))
     return cells_for(build_configs(configs), concurrencies)
 
 

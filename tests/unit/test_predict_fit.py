@@ -141,6 +141,34 @@ def test_draft_model_terms_are_recovered(tmp_path: Path) -> None:
     assert {r["speculative_config"]["model"] for r in runs if r["speculative_config"] and "model" in r["speculative_config"]} == {"draft"}
 
 
+def test_a_draft_models_k_independent_cost_is_told_apart_only_at_two_k(tmp_path: Path) -> None:
+    """``v`` (a verification step's own cost, every method) and ``draft_fixed`` (a drafting step's cost
+    whatever k is) come back from runs at k = 2 and 4; from k = 2 alone draft_fixed is not a parameter
+    (it cannot be told from draft_step) and the profile says how to calibrate it."""
+    law = {**LAW, "v": 0.0012, "draft_fixed[draft_model]": 0.002}
+    dirs = []
+    for j, (name, spec, method, k) in enumerate((("off", None, None, 0), ("ngram-k4", NGRAM4, "ngram", 4))):
+        for conc in (1, 4):
+            dirs.append(write_run(tmp_path, f"{name}-c{conc}", planned(40, method, k, seed=10 * j + conc), spec, conc, law,
+                                  "flattened"))
+    two = list(dirs)
+    for k in (2, 4):
+        spec = {"model": str(tmp_path / "draft"), "num_speculative_tokens": k}
+        for conc in (1, 4):
+            d = write_run(tmp_path, f"draft-k{k}-c{conc}", planned(40, "draft_model", k, seed=50 + 7 * k + conc), spec, conc,
+                          law, "flattened")
+            two.append(d)
+            if k == 2:
+                dirs.append(d)
+    prof = fit_profile(two, bootstrap=0)
+    assert prof.measured.methods["draft_model"] == [2, 4]
+    for name in ("v", "draft_fixed[draft_model]", "draft_step[draft_model]", "draft_req[draft_model]", "host[ngram]"):
+        assert prof.params[name] == pytest.approx(law[name], rel=0.05), name
+    one = fit_profile(dirs, bootstrap=0)
+    assert "draft_fixed[draft_model]" not in one.params and "v" in one.params
+    assert any("draft_model measured at k = 2 only" in n and "--k draft_model=2,draft_model=4" in n for n in one.notes), one.notes
+
+
 def test_profile_round_trip_and_bad_files(tmp_path: Path) -> None:
     prof = fit_profile(calibration(tmp_path, "flattened"), bootstrap=5)
     path = prof.save(tmp_path / "cost_profile.json")

@@ -87,7 +87,8 @@ def test_vectorised_timeline_equals_one_law_at_a_time() -> None:
 @pytest.mark.parametrize("method,k", [(None, 0), ("ngram", 4), ("draft_model", 3)])
 def test_step_function_is_the_feature_formula(shape: str, method: str | None, k: int) -> None:
     law = {"a": 1.0, "r": 0.3, "b": 0.2, "c": 0.001, "p": 0.01, "q": 0.5, "e": 0.03, "host[ngram]": 0.07,
-           "draft_step[draft_model]": 0.4, "draft_req[draft_model]": 0.05, "draft_prefill[draft_model]": 0.002}
+           "draft_step[draft_model]": 0.4, "draft_req[draft_model]": 0.05, "draft_prefill[draft_model]": 0.002,
+           "v": 0.25, "draft_fixed[draft_model]": 0.6}
     rng = np.random.default_rng(1)
     cols = [rng.integers(0, 9, 50) for _ in range(7)]
     t = StepTable(*cols[:6], method=method, k=k, emitted=cols[6])

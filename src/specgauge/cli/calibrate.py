@@ -22,11 +22,12 @@ from specgauge.cli.common import (
 )
 
 
-def _method_ks(text: str) -> dict[str, int]:
-    """``ngram=4,suffix=4,draft_model=2`` -> {method: k}."""
+def _method_ks(text: str) -> dict[str, int | list[int]]:
+    """``ngram=4,suffix=4,draft_model=2,draft_model=4`` -> {method: k or [k, ...]} (a method named twice
+    is measured at each k)."""
     from specgauge.config import ConfigError
 
-    out: dict[str, int] = {}
+    out: dict[str, int | list[int]] = {}
     for part in text.split(","):
         if not part.strip():
             continue
@@ -37,7 +38,9 @@ def _method_ks(text: str) -> dict[str, int]:
             k = 0
         if not eq or k < 1:
             raise ConfigError(f"--k {text!r}: expected METHOD=K pairs like ngram=4,suffix=4,draft_model=2")
-        out[name.strip()] = k
+        name = name.strip()
+        prev = out.get(name)
+        out[name] = k if prev is None else sorted({*(prev if isinstance(prev, list) else [prev]), k})
     return out
 
 
@@ -58,7 +61,7 @@ def calibrate(
     workload: WorkloadArg = None,
     from_runs: Annotated[list[Path] | None, typer.Option("--from-runs", help="Fit these bench output directories (or sweep directories) instead of running anything. Repeatable.")] = None,
     method: Annotated[str, typer.Option("--method", help="One speculative config per method: ngram, suffix, draft_model[:DIR] (the embedded engine has a shipped draft).")] = "ngram,suffix,draft_model",
-    k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs.")] = "ngram=4,suffix=4,draft_model=2",
+    k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs; name a method twice to measure it at two k (a draft model's cost that does not grow with k is then told apart).")] = "ngram=4,suffix=4,draft_model=2",
     concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies of the calibration runs (include 1).")] = "1,4",
     num_prompts: Annotated[int, typer.Option("--num-prompts", min=1, help="Requests per calibration run.")] = 32,
     server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port} and {spec}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'.")] = None,

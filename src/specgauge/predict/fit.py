@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specgauge import __version__
-from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params
+from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params, is_model_method
 from specgauge.predict.observe import Rows, RunData, build_rows, load_run, replay_check
 from specgauge.predict.profile import MeasuredRange, StepCostProfile
 from specgauge.predict.types import CellSpec, ProfileError
@@ -215,7 +215,14 @@ def fit_profile(
     if not all_rows:
         raise ProfileError("no calibration run had a request usable for the fit: " + "; ".join(notes))
     methods = sorted({rd.method for rd in runs if rd.method is not None})
-    names = [*CORE, *(p for m in methods for p in drafter_params(m)), ELL]
+    ks_of = {m: sorted({rd.k for rd in runs if rd.method == m}) for m in methods}
+    names = [*CORE, *(p for m in methods for p in drafter_params(m, ks_of[m])), ELL]
+    for m in methods:
+        if is_model_method(m) and len(ks_of[m]) < 2:
+            notes.append(f"{m} measured at k = {ks_of[m][0]} only: its cost per drafting step that does not grow with k "
+                         "cannot be told from its cost per draft position, so all of it is taken as per position (other "
+                         f"k then predict too cheap below {ks_of[m][0]} and too dear above it); calibrate it at two k "
+                         f"(--k {m}={ks_of[m][0]},{m}={2 * ks_of[m][0]})")
     n_ttft = sum(k == "ttft" for r in all_rows for k in r.kind)
     if n_ttft == 0:
         notes.append("no request found the server idle (calibrate at concurrency 1 too): HTTP round trip not measured")
@@ -272,7 +279,7 @@ def fit_profile(
         max_tokens_per_forward=float(allt.n_forward(chosen).max()) if allt is not None and len(allt) else 0.0,
         max_batch=float(allt.batch.max()) if allt is not None and len(allt) else 0.0,
         concurrencies=concs,
-        methods={m: sorted({rd.k for rd in runs if rd.method == m}) for m in methods},
+        methods=ks_of,
     )
     alternatives = {s: {"params": {n: float(v) for n, v in zip(names, fits[s]["coef"], strict=True)},
                         "weighted_ssr": fits[s]["ssr"]} for s in fits if s != chosen}

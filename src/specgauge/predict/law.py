@@ -11,6 +11,11 @@ linear in its parameters (seconds), all >= 0 (fitted with non-negative least squ
            + p · prefill tokens + q · prefilled requests
            + e · emitted tokens                per token the step hands out (sampling, detokenising,
                                                streaming: B + accepted drafts)
+           + v · [the step verifies drafts]    a verification step's own fixed cost (a multi-token
+                                               forward's attention plan, the acceptance rule), the
+                                               same for every method: without it a draft model
+                                               calibrated at one k folds it into its per-position
+                                               cost, and k = 1 comes out too cheap, k = 3 too dear
            + drafter(method)
 
 ``n_forward`` is where verification shapes differ (the fit tells which one the server uses):
@@ -22,7 +27,10 @@ Drafter terms per method ``m`` (parameters named ``name[m]``):
 
 * model-free (n-gram, suffix, …): ``host[m]`` · B — a lookup on the host per request per step;
 * draft model (and EAGLE / MTP / Medusa-like methods): ``draft_step[m]`` · k + ``draft_req[m]`` · k · B
-  (k draft forwards per step, each growing with the batch) + ``draft_prefill[m]`` · prefill tokens.
+  (k draft forwards per step, each growing with the batch) + ``draft_prefill[m]`` · prefill tokens,
+  and ``draft_fixed[m]`` per drafting step whatever k is (the first forward's flattening, the host
+  read of the drafts) — a parameter only when the runs measured the method at two or more k: at one k
+  it cannot be told from ``draft_step`` and is left out (the profile says so).
 
 Steps are described by :class:`StepTable` (one row per step, numpy columns) so that observed runs
 (``observe``) and simulated ones (``schedule``) share the same feature code.
@@ -35,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CORE = ("a", "r", "b", "c", "p", "q", "e")
-#: parameters every profile has (``e`` came later: a profile without it reads as e = 0)
+CORE = ("a", "r", "b", "c", "p", "q", "e", "v")
+#: parameters every profile has (``e`` and ``v`` came later: a profile without them reads them as 0)
 REQUIRED = ("a", "r", "b", "c", "p", "q")
 SHAPES = ("flattened", "padded")
 #: methods whose drafter runs a neural network per draft position
@@ -49,10 +57,12 @@ DESCRIPTIONS = {
     "p": "per prefill token",
     "q": "per prefilled request",
     "e": "per token emitted by a decode step (B + accepted drafts)",
+    "v": "per step that verifies drafts",
     "host": "per request per step (drafter lookup on the host)",
     "draft_step": "per draft position per step",
     "draft_req": "per draft position per request",
     "draft_prefill": "per prefill token (the draft model's own prefill)",
+    "draft_fixed": "per drafting step, whatever k is",
 }
 
 
@@ -67,13 +77,15 @@ def is_model_method(method: str | None) -> bool:
     return method_kind(method) in MODEL_METHODS
 
 
-def drafter_params(method: str | None) -> list[str]:
-    """Parameter names this method's drafter adds to the law."""
+def drafter_params(method: str | None, ks: Sequence[int] = ()) -> list[str]:
+    """Parameter names this method's drafter adds to the law; ``ks``: the proposal lengths the
+    calibration measured it at (``draft_fixed`` only with two or more)."""
     m = method_kind(method)
     if m is None:
         return []
     if m in MODEL_METHODS:
-        return [f"draft_step[{m}]", f"draft_req[{m}]", f"draft_prefill[{m}]"]
+        fixed = [f"draft_fixed[{m}]"] if len(set(ks)) >= 2 else []
+        return [f"draft_step[{m}]", f"draft_req[{m}]", f"draft_prefill[{m}]", *fixed]
     return [f"host[{m}]"]
 
 
@@ -112,6 +124,7 @@ class StepTable:
             "p": self.prefill_tokens.astype(float),
             "q": self.prefill_reqs.astype(float),
             "e": (self.batch if self.emitted is None else self.emitted).astype(float),
+            "v": (self.drafted_sum > 0).astype(float),
         }
         m = method_kind(self.method)
         if m is not None:
@@ -120,6 +133,7 @@ class StepTable:
                 cols[f"draft_step[{m}]"] = kpos
                 cols[f"draft_req[{m}]"] = kpos * self.batch
                 cols[f"draft_prefill[{m}]"] = self.prefill_tokens.astype(float)
+                cols[f"draft_fixed[{m}]"] = np.where(self.batch > 0, 1.0, 0.0) if self.k else np.zeros(len(self))
             else:
                 cols[f"host[{m}]"] = self.batch.astype(float)
         zero = np.zeros(len(self), dtype=float)

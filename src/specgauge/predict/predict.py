@@ -38,19 +38,19 @@ StepFn = Callable[[int, int, int, int, int, int, int], float]
 def step_function(params: dict[str, float], shape: str, method: str | None, k: int) -> StepFn:
     """The law as a scalar function of one step (same formula as ``StepTable.features`` · params)."""
     g = params.get
-    a, r, b, c, p, q, e = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q", "e"))
+    a, r, b, c, p, q, e, v = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q", "e", "v"))
     m = method_kind(method)
     model = is_model_method(method)
     host = g(f"host[{m}]", 0.0) if m and not model else 0.0
-    ds, dr, dp = ((g(f"draft_step[{m}]", 0.0), g(f"draft_req[{m}]", 0.0), g(f"draft_prefill[{m}]", 0.0))
-                  if model else (0.0, 0.0, 0.0))
+    ds, dr, dp, df = ((g(f"draft_step[{m}]", 0.0), g(f"draft_req[{m}]", 0.0), g(f"draft_prefill[{m}]", 0.0),
+                       g(f"draft_fixed[{m}]", 0.0)) if model else (0.0, 0.0, 0.0, 0.0))
     flat = shape == "flattened"
 
     def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int, emit: int) -> float:
         nf = bs + dsum if flat else bs * (1 + dmax)
-        t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + e * emit + host * bs + dp * ptok
-        if bs and model:
-            t += k * (ds + dr * bs)
+        t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + e * emit + host * bs + dp * ptok + (v if dsum > 0 else 0.0)
+        if bs and model and k:
+            t += k * (ds + dr * bs) + df
         return t
 
     return step
