@@ -352,7 +352,8 @@ def _residuals(rows: Sequence[Rows], X: np.ndarray, y: np.ndarray, steps: np.nda
         sl = slice(i, i + n)
         m = dec[sl]
         if m.any():
-            per[r.run] = {"decode_time_predicted_over_measured": round(float(pred[sl][m].sum() / y[sl][m].sum()), 4),
+            measured = float(y[sl][m].sum())  # 0 when every kept row's chunks arrived in one burst
+            per[r.run] = {"decode_time_predicted_over_measured": round(float(pred[sl][m].sum()) / measured, 4) if measured > 0 else None,
                           "rows": int(m.sum())}
         i += n
     out["per_run"] = per

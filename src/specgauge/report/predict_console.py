@@ -52,7 +52,8 @@ def render_profile_fit(p: StepCostProfile, console: Console) -> None:
                   f"dropped as outliers; step RMSE {r.get('step_rmse_ms', '–')} ms on a mean step of {r.get('mean_step_ms', '–')} ms "
                   f"(relative {r.get('relative_rmse', '–')})", highlight=False, markup=False)
     for run, pr in r.get("per_run", {}).items():
-        console.print(f"  {run}: predicted / measured decode time {pr['decode_time_predicted_over_measured']:.3f} "
+        ratio = pr["decode_time_predicted_over_measured"]
+        console.print(f"  {run}: predicted / measured decode time {'–' if ratio is None else f'{ratio:.3f}'} "
                       f"over {pr['rows']} requests", highlight=False, markup=False)
     m = p.measured
     console.print(f"measured range: up to {m.max_tokens_per_forward:.0f} tokens per forward, batch up to {m.max_batch:.0f}, "

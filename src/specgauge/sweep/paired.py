@@ -65,7 +65,8 @@ def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequen
         if resume and (d / "summary.json").is_file():
             return
         run_bench(BenchConfig(base_url=url, workload=list(workload), output_dir=d, max_concurrency=c, num_prompts=num_prompts,
-                              seed=seed, warmup=warmup, progress=False, api_key=target.api_key))
+                              seed=seed, warmup=warmup, progress=False, api_key=target.api_key,
+                              resume=resume and (d / "results.jsonl").is_file()))  # a broken run goes on
 
     runs: list[PairedRun] = []
     with open_server(target, BASELINE, None, out / dir_name(BASELINE) / "server.log", max_batch) as (base_url, _):
