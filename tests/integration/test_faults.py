@@ -56,6 +56,8 @@ def test_mixed_faults_all_classified_nothing_lost(tmp_path: Path) -> None:
 
 BENCH = """
 import sys
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a child of a background job starts with SIGINT ignored
 from specgauge.bench import BenchConfig, run_bench
 r = run_bench(BenchConfig(base_url=sys.argv[1], workload=[sys.argv[2]], output_dir=sys.argv[3], max_concurrency=2,
               progress=False, resume=sys.argv[4] == "1"))
@@ -95,6 +97,8 @@ def test_killed_run_resumes_without_losing_or_repeating(tmp_path: Path) -> None:
 
 BENCH_CATCH = """
 import sys
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a child of a background job starts with SIGINT ignored
 from specgauge.bench import BenchConfig, run_bench
 from specgauge.errors import UserError
 try:
