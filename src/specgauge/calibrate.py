@@ -27,7 +27,9 @@ from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.types import CellPrediction, CellSpec, ProfileError
 
 PROFILE_FILE = "cost_profile.json"
-DEFAULT_KS = {"ngram": 4, "suffix": 4, "draft_model": 2}
+#: a draft model at two k: one k cannot tell its cost per drafting step from its cost per draft position
+#: (benchmarks/predict.py: k=1 then predicted 10-14 % too fast; with k=2 and 4, 30 of 30 cells within 20 %)
+DEFAULT_KS: dict[str, int | list[int]] = {"ngram": 4, "suffix": 4, "draft_model": [2, 4]}
 
 
 class CalibrateConfig(BaseModel):
@@ -40,7 +42,8 @@ class CalibrateConfig(BaseModel):
     #: ``ngram``, ``suffix``, ``draft_model:DIR`` (``draft_model`` alone: the shipped draft on the embedded engine)
     methods: list[str] = Field(default_factory=lambda: ["ngram", "suffix", "draft_model"])
     #: proposal length(s) per method; a draft model measured at two k also gets its k-independent cost
-    ks: dict[str, int | list[int]] = Field(default_factory=lambda: dict(DEFAULT_KS))
+    ks: dict[str, int | list[int]] = Field(default_factory=lambda: {m: list(k) if isinstance(k, list) else k
+                                                                    for m, k in DEFAULT_KS.items()})
     concurrencies: list[int] = Field(default_factory=lambda: [1, 4], min_length=1)
     num_prompts: int | None = Field(default=32, ge=1)
     shape: str = "auto"

@@ -51,7 +51,7 @@ def _urls(items: list[str]) -> dict[str, str]:
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
-            raise ConfigError(f"--url {item!r}: expected NAME=URL (NAME: off, ngram-k4, suffix-k4, draft_model-k2)")
+            raise ConfigError(f"--url {item!r}: expected NAME=URL (NAME: off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4)")
         out[name.strip()] = value.strip()
     return out
 
@@ -61,11 +61,11 @@ def calibrate(
     workload: WorkloadArg = None,
     from_runs: Annotated[list[Path] | None, typer.Option("--from-runs", help="Fit these bench output directories (or sweep directories) instead of running anything. Repeatable.")] = None,
     method: Annotated[str, typer.Option("--method", help="One speculative config per method: ngram, suffix, draft_model[:DIR] (the embedded engine has a shipped draft).")] = "ngram,suffix,draft_model",
-    k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs; name a method twice to measure it at two k (a draft model's cost that does not grow with k is then told apart).")] = "ngram=4,suffix=4,draft_model=2",
+    k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs; name a method twice to measure it at two k (a draft model's cost that does not grow with k is then told apart).")] = "ngram=4,suffix=4,draft_model=2,draft_model=4",
     concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies of the calibration runs (include 1).")] = "1,4",
     num_prompts: Annotated[int, typer.Option("--num-prompts", min=1, help="Requests per calibration run.")] = 32,
     server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port} and {spec}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'.")] = None,
-    url: Annotated[list[str] | None, typer.Option("--url", help="A running server per config: NAME=URL with NAME off, ngram-k4, suffix-k4, draft_model-k2. Repeatable.")] = None,
+    url: Annotated[list[str] | None, typer.Option("--url", help="A running server per config: NAME=URL with NAME off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4. Repeatable.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Embedded: the target model directory. --server-cmd: the value of {model}.")] = None,
     threads: Annotated[int, typer.Option("--threads", min=1, help="Embedded server: torch threads per server.")] = 1,
     shape: Annotated[str, typer.Option("--shape", help="Verification shape: auto (the fit tells), flattened (vLLM) or padded.")] = "auto",
