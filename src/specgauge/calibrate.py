@@ -14,6 +14,7 @@ those packages imports the other's side back.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,7 @@ class CalibrateConfig(BaseModel):
     #: ``ngram``, ``suffix``, ``draft_model:DIR`` (``draft_model`` alone: the shipped draft on the embedded engine)
     methods: list[str] = Field(default_factory=lambda: ["ngram", "suffix", "draft_model"])
     #: proposal length(s) per method; a draft model measured at two k also gets its k-independent cost
-    ks: dict[str, int | list[int]] = Field(default_factory=lambda: {m: list(k) if isinstance(k, list) else k
-                                                                    for m, k in DEFAULT_KS.items()})
+    ks: dict[str, int | list[int]] = Field(default_factory=lambda: copy.deepcopy(DEFAULT_KS))
     concurrencies: list[int] = Field(default_factory=lambda: [1, 4], min_length=1)
     num_prompts: int | None = Field(default=32, ge=1)
     shape: str = "auto"

