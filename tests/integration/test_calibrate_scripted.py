@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 
 # seconds; steps of 12-40 ms so that scheduler jitter stays well under 1 %
 LAW = {"a": 0.010, "r": 0.0012, "b": 0.0012, "c": 4e-7, "p": 4e-6, "q": 0.0015,
-       "host[ngram]": 0.0015, "host[suffix]": 0.0025}
+       "host[ngram]": 0.0015, "host[suffix]": 0.0025, "host_step[ngram]": 0.002,
+       # 9 of the 16 requests are sampled (T > 0): each costs g more per step, gd more per draft token
+       "g": 0.002, "gd": 0.0008}
 MAX_TOKENS = 24
 
 
@@ -73,7 +75,7 @@ def test_calibrate_recovers_the_law_and_predicts_unseen_configs(workload: Path, 
     prof = res.profile
     assert prof.shape == "flattened" and prof.residuals["shape_confidence"] >= 0.9
     got = prof.params
-    for name in ("a", "b", "host[ngram]", "host[suffix]"):
+    for name in ("a", "b", "host[ngram]", "host[suffix]", "host_step[ngram]", "g", "gd"):
         assert got[name] == pytest.approx(LAW[name], rel=0.07), (name, got)
     # per request in the batch: r and the context term c trade off (Σ context grows with B); their sum
     # at the runs' mean context is what the data pins down. Prefill terms (p, q) share the TTFT rows
@@ -121,7 +123,7 @@ def test_paired_calibration_recovers_the_law_and_tracks_the_suffix_cache_per_rep
                     assert (d / "results.jsonl").is_file() and (d / "cell.json").is_file(), d
     assert len(res.run_dirs) == 2 * 2 * 2 * 2
     got = res.profile.params
-    for name in ("a", "b", "host[ngram]", "host[suffix]"):
+    for name in ("a", "b", "host[ngram]", "host[suffix]", "host_step[ngram]", "g", "gd"):
         assert got[name] == pytest.approx(LAW[name], rel=0.07), (name, got)
     # the suffix server's later repeats found its cache holding the earlier runs: the fit found them
     earlier = {run: chk.get("earlier_runs_on_this_server", 0) for run, chk in res.profile.replay_checks.items()

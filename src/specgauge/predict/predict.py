@@ -32,25 +32,30 @@ from specgauge.predict.schedule import (
 )
 from specgauge.predict.types import CellPrediction, CellSpec
 
-StepFn = Callable[[int, int, int, int, int, int, int], float]
+StepFn = Callable[..., float]
 
 
 def step_function(params: dict[str, float], shape: str, method: str | None, k: int) -> StepFn:
     """The law as a scalar function of one step (same formula as ``StepTable.features`` · params)."""
     g = params.get
-    a, r, b, c, p, q, e, v = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q", "e", "v"))
+    a, r, b, c, p, q, e, v, gs, gv, gd = (g(n, 0.0) for n in ("a", "r", "b", "c", "p", "q", "e", "v", "g", "gv", "gd"))
     m = method_kind(method)
     model = is_model_method(method)
     host = g(f"host[{m}]", 0.0) if m and not model else 0.0
+    host_step = g(f"host_step[{m}]", 0.0) if m and not model else 0.0
     ds, dr, dp, df = ((g(f"draft_step[{m}]", 0.0), g(f"draft_req[{m}]", 0.0), g(f"draft_prefill[{m}]", 0.0),
                        g(f"draft_fixed[{m}]", 0.0)) if model else (0.0, 0.0, 0.0, 0.0))
     flat = shape == "flattened"
 
-    def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int, emit: int) -> float:
+    def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int, emit: int,
+             sampled: int = 0, sampled_verify: int = 0, sampled_drafted: int = 0) -> float:
         nf = bs + dsum if flat else bs * (1 + dmax)
         t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + e * emit + host * bs + dp * ptok + (v if dsum > 0 else 0.0)
+        t += gs * sampled + gv * sampled_verify + gd * sampled_drafted
         if bs and model and k:
             t += k * (ds + dr * bs) + df
+        if bs:
+            t += host_step
         return t
 
     return step
@@ -132,7 +137,7 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
                 base_reqs: Sequence[PlannedRequest], replay_notes: list[str]) -> CellPrediction:
     notes = list(replay_notes)
     method, k = side.method, side.k
-    for pname in drafter_params(method):
+    for pname in drafter_params(method)[:1]:  # its main term (a profile from before host_step lacks only that)
         if pname not in prof.params:
             notes.append(f"the drafter cost of {method} was not calibrated ({pname} taken as 0): calibrate with a {method} run")
             break

@@ -205,6 +205,35 @@ class WorkloadReplay:
             self._matches[model] = m
         return self._matches[model]
 
+    def live(self, spec: dict[str, Any] | None) -> Any:
+        """A function from a bench record to its replay on the record's own token ids (``None`` when the
+        record has none), for a stateless drafter; ``None`` for any other config. The server proposed
+        from the live context, so these are its proposals even for a sampled request."""
+        method, k, cfg = resolve_spec(spec)
+        if method is None or method not in STATELESS or cfg is None:
+            return None
+        opts = {k2: v for k2, v in cfg.model_dump().items() if v is not None and k2 not in ("method", "model")}
+        try:
+            drafter = make_drafter(method, **_accepted_options(method, opts))
+        except (TypeError, ValueError):
+            return None
+        greedy = {r.id: r.greedy for r in self.requests}
+
+        def one(rec: Any) -> PlannedRequest | None:
+            extra = rec.extra if isinstance(rec.extra, dict) else {}
+            prompt, out = extra.get("prompt_token_ids"), extra.get("output_token_ids")
+            if not isinstance(prompt, list) or not isinstance(out, list) or not out:
+                return None
+            fast = getattr(drafter, "replay", None)
+            tr = fast(rec.id, prompt, out, k) if fast else replay_by_stepping(drafter, rec.id, prompt, out, k)
+            return PlannedRequest(rec.id, len(prompt), len(out), tr.drafted, tr.accepted, greedy.get(rec.id, True))
+
+        return one
+
+    def sampled_ids(self) -> frozenset[str]:
+        """Planned ids of the requests sent at T > 0."""
+        return frozenset(r.id for r in self.requests if not r.greedy)
+
     def by_id(self, spec: dict[str, Any] | None, prior: Sequence[int] = (), sampled_repeat: bool = False) -> dict[str, PlannedRequest]:
         return {p.id: p for p in self.planned(spec, prior, sampled_repeat)}
 

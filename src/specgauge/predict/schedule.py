@@ -51,22 +51,23 @@ class Schedule:
 
 
 def simulate_schedule(
-    reqs: Sequence[PlannedRequest], concurrency: int, step_seconds: Callable[[int, int, int, int, int, int, int], float],
+    reqs: Sequence[PlannedRequest], concurrency: int, step_seconds: Callable[..., float],
     ell: float, method: str | None = None, k: int = 0, max_batch: int | None = None,
 ) -> Schedule:
     """Run the closed loop once. ``step_seconds(B, drafted_sum, drafted_max, context, prefill_tokens,
-    prefill_reqs, emitted)`` is the law for this server config."""
+    prefill_reqs, emitted, sampled, sampled_verify, sampled_drafted)`` is the law for this server config."""
     n = len(reqs)
     cap = max_batch or n or 1
     send_after = [-1] * n
     first = [-1] * n
     last = [-1] * n
     arrival = [float("inf")] * n
-    cols: dict[str, list[int]] = {c: [] for c in ("batch", "dsum", "dmax", "ctx", "ptok", "preq", "emit")}
+    cols: dict[str, list[int]] = {c: [] for c in ("batch", "dsum", "dmax", "ctx", "ptok", "preq", "emit", "smp", "sver", "sdr")}
     wake: list[int] = []
     drafted = [r.drafted.tolist() for r in reqs]  # plain lists: this loop runs once per step and request
     accepted = [r.accepted.tolist() for r in reqs]
     prompt = [int(r.prompt_tokens) for r in reqs]
+    sampled = [not r.greedy for r in reqs]
     out_len = [int(r.output_tokens) for r in reqs]
     pos = [0] * n  # next decode step of each request
     emitted = [0] * n
@@ -92,16 +93,21 @@ def simulate_schedule(
             admitted.append(waiting.popleft())
         decode = running
         b = len(decode)
-        dsum = dmax = ctx = emit = 0
+        dsum = dmax = ctx = emit = smp = sver = sdr = 0
         for i in decode:
             d = drafted[i][pos[i]]
             dsum += d
             dmax = max(dmax, d)
+            if sampled[i]:
+                smp += 1
+                sver += d > 0
+                sdr += d
             ctx += prompt[i] + emitted[i]
             emit += min(accepted[i][pos[i]] + 1, out_len[i] - emitted[i])
         ptok = sum(prompt[i] for i in admitted)
-        dur = step_seconds(b, dsum, dmax, ctx, ptok, len(admitted), emit)
-        for c, v in zip(cols.values(), (b, dsum, dmax, ctx, ptok, len(admitted), emit), strict=True):
+        row = (b, dsum, dmax, ctx, ptok, len(admitted), emit, smp, sver, sdr)
+        dur = step_seconds(*row)
+        for c, v in zip(cols.values(), row, strict=True):
             c.append(v)
         wake.append(woke)
         t += dur
@@ -127,7 +133,8 @@ def simulate_schedule(
                 nxt += 1
         s += 1
     arr = [np.asarray(v, dtype=np.int64) for v in cols.values()]
-    table = StepTable(*arr[:6], method=method, k=k, emitted=arr[6])
+    table = StepTable(*arr[:6], method=method, k=k, emitted=arr[6], sampled=arr[7], sampled_verify=arr[8],
+                      sampled_drafted=arr[9])
     i64 = np.int64
     return Schedule(table, np.asarray(wake, dtype=i64), np.asarray(send_after, dtype=i64), np.asarray(first, dtype=i64),
                     np.asarray(last, dtype=i64), np.asarray(out_len, dtype=i64), [r.id for r in reqs])

@@ -69,6 +69,7 @@ class _Req:
     emitted: int = 0
     match: np.ndarray | None = None  #: draft model: draft argmax == logged token, per output position
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    sampled: bool = False  #: sent at T > 0 (it still emits the logged output; the law's g terms apply)
 
 
 class ScriptedServer:
@@ -185,7 +186,8 @@ class ScriptedServer:
             ctx = sum(len(r.prompt) + r.emitted for r in decode)
             ptok = sum(len(r.prompt) for r in admitted)
             emit = sum(min(a + 1, len(r.output) - r.emitted) for r, _, a in plan)
-            dur = self.step_seconds(b, dsum, dmax, ctx, ptok, len(admitted), emit)
+            smp = [d for r, d, _ in plan if r.sampled]
+            dur = self.step_seconds(b, dsum, dmax, ctx, ptok, len(admitted), emit, len(smp), sum(d > 0 for d in smp), sum(smp))
             end = start + dur
             self.steps.append((start, dur))
             delay = end - perf()
@@ -319,7 +321,8 @@ class ScriptedServer:
         self._n += 1
         opts = req.get("stream_options") or {}
         r = _Req(f"req-{self._n}", prompt, out, time.perf_counter(), path.endswith("chat/completions"), w,
-                 bool(opts.get("continuous_usage_stats")), SpecStats(self.k) if self.k else None)
+                 bool(opts.get("continuous_usage_stats")), SpecStats(self.k) if self.k else None,
+                 sampled=float(req.get("temperature") or 0.0) > 0)
         self.counters["prompt"] += len(prompt)
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         self._waiting.append(r)
