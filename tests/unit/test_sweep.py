@@ -261,3 +261,24 @@ def test_predicted_beside_measured_error_and_ci() -> None:
     a = SweepAnalysis(baseline="off", min_speedup=1.0, concurrencies=[2], labels=["off", "ng"], cells=[c])
     attach_predictions(a, [CellPrediction(label="ng", method="ngram", k=4, concurrency=2, speedup=1.5)])
     assert c.prediction_error == pytest.approx(0.2) and c.prediction_in_ci is False
+
+
+def test_resume_takes_a_draft_model_named_by_another_path_to_the_same_directory(tmp_path: Path, two_servers,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """sweep.json stores a draft model's directory portably and reads it back absolute: resuming with the
+    same directory named relatively is the same config, another directory is not."""
+    off, on = two_servers
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "other").mkdir()
+    target = ServerTarget.from_urls({"off": off.base_url, "dm": on.base_url})
+    w, out = _workload(tmp_path), tmp_path / "sweep"
+
+    def cells(model: str) -> list[CellSpec]:
+        return [CellSpec(label="off", speculative_config=None, concurrency=1),
+                CellSpec(label="dm", speculative_config={"model": model, "num_speculative_tokens": 2}, concurrency=1)]
+
+    run_grid(cells(str(tmp_path / "draft")), target, [w], out, num_prompts=2, warmup=0)
+    monkeypatch.chdir(tmp_path)
+    assert run_grid(cells("draft"), target, [w], out, num_prompts=2, warmup=0, resume=True).ran == []
+    with pytest.raises(SweepError, match="label the new config differently"):
+        run_grid(cells("other"), target, [w], out, num_prompts=2, warmup=0, resume=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specgauge.errors import UserError
-from specgauge.paths import portable_path
+from specgauge.paths import portable_path, resolve_specs
 from specgauge.predict.types import CellSpec
 from specgauge.servers import ServerStartError
 from specgauge.sweep.grid import dir_name
@@ -93,6 +93,14 @@ def _check_cells(cells: Sequence[CellSpec]) -> dict[str, dict[str, Any] | None]:
     return specs
 
 
+def _same_dirs(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A config with its model directories absolute, so that a draft model named by a relative path
+    now and stored resolved (``resolve_specs``) compares equal."""
+    from specgauge.paths import resolve_specs
+
+    return resolve_specs({"speculative_config": spec}, Path.cwd())["speculative_config"] if spec else spec  # type: ignore[index]
+
+
 def _open_manifest(out_dir: Path, settings: SweepSettings, target: ServerTarget, cells: Sequence[CellSpec],
                    resume: bool, time_budget_s: float | None) -> SweepManifest:
     path = out_dir / MANIFEST
@@ -119,7 +127,7 @@ def _open_manifest(out_dir: Path, settings: SweepSettings, target: ServerTarget,
         if rec is None:
             m.cells.append(CellRun(label=c.label, concurrency=c.concurrency, speculative_config=c.speculative_config,
                                    dir=cell_dir_name(c.label, c.concurrency)))
-        elif rec.speculative_config != c.speculative_config:
+        elif _same_dirs(rec.speculative_config) != _same_dirs(c.speculative_config):
             raise SweepError(f"--resume: {rec.label} at concurrency {rec.concurrency} was run with "
                              f"{rec.speculative_config!r}, now {c.speculative_config!r}; label the new config differently")
     return m
