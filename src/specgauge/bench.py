@@ -310,6 +310,8 @@ async def _session_run(
         runner = Runner(settings, dialect, session, on_record)
         kv: list[dict[str, Any]] = []
         kv_task = asyncio.get_running_loop().create_task(_sample_kv(session, cfg, headers, dialect, kv)) if before else None
+        stalls: dict[str, Any] = {}
+        watch = asyncio.get_running_loop().create_task(_watch_loop(stalls))
         t0 = time.perf_counter()
         recs: list[RequestRecord] = []
         try:
@@ -335,6 +337,14 @@ async def _session_run(
                 kv_task.cancel()
                 await asyncio.gather(kv_task, return_exceptions=True)
             sess_info["kv_samples"] = kv
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+            sess_info["client_loop"] = stalls
+            if stalls.get("max_stall_ms", 0.0) >= STALL_WARN_MS:
+                run.warnings.append(
+                    f"the load generator itself was held up: its event loop ran up to {stalls['max_stall_ms']:.0f} ms late "
+                    f"({stalls['stalls']} stall(s) over {STALL_MS:.0f} ms, {stalls['stalled_s']:.2f} s in all; CPU starved or "
+                    "blocked), so chunk arrival times are late by as much: give the client a core of its own")
         after, why2 = await scrape(session, cfg.base_url, headers)
     if cfg.server_log is not None:
         try:
@@ -369,6 +379,28 @@ async def _session_run(
     elif why2:
         run.warnings.append(f"no counter snapshot after the run: {why2}")
     return sess_info
+
+
+#: an event-loop wake-up this late counts as a stall of the load generator; one this late warns
+STALL_MS = 20.0
+STALL_WARN_MS = 100.0
+
+
+async def _watch_loop(out: dict[str, Any], period: float = 0.01) -> None:
+    """How late the client's own event loop wakes up during the run (a CPU-starved or blocked load
+    generator times chunks late, and would blame the server): ``out`` holds the worst lateness, the
+    number of stalls over ``STALL_MS`` and their total, updated as they happen."""
+    perf = time.perf_counter
+    out.update(max_stall_ms=0.0, stalls=0, stalled_s=0.0)
+    while True:
+        t = perf()
+        await asyncio.sleep(period)
+        late = perf() - t - period
+        if late * 1e3 > out["max_stall_ms"]:
+            out["max_stall_ms"] = round(late * 1e3, 2)
+        if late * 1e3 >= STALL_MS:
+            out["stalls"] += 1
+            out["stalled_s"] = round(out["stalled_s"] + late, 4)
 
 
 async def _sample_kv(session: aiohttp.ClientSession, cfg: BenchConfig, headers: dict[str, str], dialect: Dialect,
