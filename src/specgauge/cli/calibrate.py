@@ -12,6 +12,7 @@ import typer
 
 from specgauge.cli.common import (
     JsonOpt,
+    ServerNiceOpt,
     TokOpt,
     WorkloadArg,
     console,
@@ -68,6 +69,7 @@ def calibrate(
     url: Annotated[list[str] | None, typer.Option("--url", help="A running server per config: NAME=URL with NAME off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4. Repeatable.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Embedded: the target model directory. --server-cmd: the value of {model}.")] = None,
     threads: Annotated[int, typer.Option("--threads", min=1, help="Embedded server: torch threads per server.")] = 1,
+    server_nice: ServerNiceOpt = 0,
     shape: Annotated[str, typer.Option("--shape", help="Verification shape: auto (the fit tells), flattened (vLLM) or padded.")] = "auto",
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Refits on resampled requests for the uncertainty band.")] = 200,
     resume: Annotated[bool, typer.Option("--resume", help="Continue calibration runs in the same output directory.")] = False,
@@ -90,9 +92,9 @@ def calibrate(
         if url:
             target = ServerTarget.from_urls(_urls(url))
         elif server_cmd:
-            target = ServerTarget.from_command(server_cmd, model=model)
+            target = ServerTarget.from_command(server_cmd, model=model, nice=server_nice)
         else:
-            target = ServerTarget.embedded(model, threads=threads)
+            target = ServerTarget.embedded(model, threads=threads, nice=server_nice)
     cfg = CalibrateConfig(
         workload=workload_paths(workload), out_dir=output_dir, from_runs=list(from_runs or []),
         methods=[m.strip() for m in method.split(",") if m.strip()], ks=_method_ks(k),

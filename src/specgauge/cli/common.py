@@ -53,6 +53,7 @@ SkipOpt = Annotated[bool, typer.Option("--skip-invalid", help="Skip malformed re
 TokOpt = Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer directory, or tiktoken:NAME. Default: the shipped model's tokenizer when present, else an approximation.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Use at most this many requests.")]
+ServerNiceOpt = Annotated[int, typer.Option("--server-nice", min=0, max=19, help="Start servers this much nicer than the load generator (0-19): where the client shares cores with the server, a busy server cannot delay the client's chunk timestamps (bench warns when its event loop ran late).")]
 LangOpt = Annotated[str | None, typer.Option("--lang", help="Language of the report, verdict lines and console summaries: en or ko (default: from the locale; LANG/LC_ALL starting with ko gives ko).")]
 
 

@@ -13,7 +13,15 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli.common import WorkloadArg, console, err_console, parse_int_list, user_errors, workload_paths
+from specgauge.cli.common import (
+    ServerNiceOpt,
+    WorkloadArg,
+    console,
+    err_console,
+    parse_int_list,
+    user_errors,
+    workload_paths,
+)
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -43,6 +51,7 @@ def sweep(
     server_env: Annotated[list[str] | None, typer.Option("--server-env", help="NAME=VALUE in the environment of started servers (repeatable).")] = None,
     threads: Annotated[int, typer.Option("--threads", min=1, help="Embedded server: torch threads per server.")] = 1,
     health_timeout: Annotated[float, typer.Option("--health-timeout", min=1, help="Seconds to wait for a started server's /health or /v1/models.")] = 600.0,
+    server_nice: ServerNiceOpt = 0,
     cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="A fitted step-cost profile (specgauge calibrate): predicted beside measured for every cell.")] = None,
     time_budget: Annotated[str | None, typer.Option("--time-budget", help="Stop starting cells after this long, e.g. 30m, 1h30m; cells not run are listed as skipped.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a sweep in the same output directory: finished cells are skipped, a broken one continued.")] = False,
@@ -78,9 +87,9 @@ def sweep(
         configs += inferred
         target = ServerTarget.from_urls(urls)
     elif server_cmd:
-        target = ServerTarget.from_command(server_cmd, model=model, env=env, health_timeout_s=health_timeout)
+        target = ServerTarget.from_command(server_cmd, model=model, env=env, health_timeout_s=health_timeout, nice=server_nice)
     else:
-        target = ServerTarget.embedded(model, threads=threads)
+        target = ServerTarget.embedded(model, threads=threads, nice=server_nice)
         target.env, target.health_timeout_s = env, health_timeout
     if api_key:
         from pydantic import SecretStr

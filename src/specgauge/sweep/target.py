@@ -53,16 +53,19 @@ class ServerTarget(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  #: extra environment for started servers
     threads: int = Field(default=1, ge=1)  #: embedded: torch threads per server
     health_timeout_s: float = Field(default=600.0, gt=0)
+    #: niceness of started servers (0: as the caller): on a host where the load generator shares cores
+    #: with the server, a niced server cannot starve the client's timestamps
+    nice: int = Field(default=0, ge=0, le=19)
     api_key: SecretStr | None = None  #: sent by bench; never written
 
     @classmethod
-    def embedded(cls, model: str | Path | None = None, threads: int = 1) -> ServerTarget:
-        return cls(kind="embedded", model=None if model is None else str(model), threads=threads)
+    def embedded(cls, model: str | Path | None = None, threads: int = 1, nice: int = 0) -> ServerTarget:
+        return cls(kind="embedded", model=None if model is None else str(model), threads=threads, nice=nice)
 
     @classmethod
     def from_command(cls, command: str, model: str | None = None, env: dict[str, str] | None = None,
-                     health_timeout_s: float = 600.0) -> ServerTarget:
-        t = cls(kind="command", command=command, model=model, env=env or {}, health_timeout_s=health_timeout_s)
+                     health_timeout_s: float = 600.0, nice: int = 0) -> ServerTarget:
+        t = cls(kind="command", command=command, model=model, env=env or {}, health_timeout_s=health_timeout_s, nice=nice)
         t.check_command()
         return t
 
@@ -128,6 +131,8 @@ class ServerTarget(BaseModel):
                 d["model"] = self.model
         if self.urls:
             d["urls"] = {k: public_url(v) for k, v in self.urls.items()}
+        if self.nice:
+            d["nice"] = self.nice
         if self.env:
             d["env"] = {k: ("***" if _SECRET_FLAG.search(k) else v) for k, v in self.env.items()}
         d["api_key_set"] = self.api_key is not None
@@ -197,12 +202,13 @@ def open_server(target: ServerTarget, label: str, spec: dict[str, Any] | None, l
         model = Path(target.model) if target.model else target_dir()
         srv = embedded_server(model, log, spec, max_batch=max_batch, threads=target.threads)
         srv.env.update(target.env)
+        srv.nice = target.nice
     else:
         assert target.command is not None
         port = free_port()
         argv, env = render_command(target.command, port=port, spec=spec, model=target.model)
         srv = ManagedServer(f"server for {label} ({argv[0]})", argv, port, log, env={**target.env, **env},
-                            health_timeout=target.health_timeout_s, health_paths=HEALTH_PATHS)
+                            health_timeout=target.health_timeout_s, health_paths=HEALTH_PATHS, nice=target.nice)
     secrets = target.secrets()
 
     def scrub_log() -> None:

