@@ -42,6 +42,11 @@ def test_a_settling_pair_precedes_a_stateless_drafters_pairs_and_is_not_used(tmp
         assert ng.requests - before[1] == 4 + 2 * 2 * 4  # settling run + its pairs
         assert sf.requests - before[2] == 2 * 2 * 4  # suffix: no settling run (its cache would learn it)
         assert off.requests - before[0] == 4 + 2 * 2 * 2 * 4
+        # resumed with every pair measured: the same pairs in the same order, and no server asked anything
+        seen = (off.requests, ng.requests, sf.requests)
+        again = run_paired(cells, target, [_workload(tmp_path)], out, num_prompts=4, repeats=2, warmup=0, settle=True, resume=True)
+        assert [(r.label, r.concurrency, r.repeat) for r in again] == [(r.label, r.concurrency, r.repeat) for r in runs]
+        assert (off.requests, ng.requests, sf.requests) == seen
 
     with FakeServer(spec=False) as off, FakeServer() as ng:  # settle=None on running URLs: none
         target = ServerTarget.from_urls({"off": off.base_url, "ngram-k4": ng.base_url})

@@ -299,6 +299,10 @@ def fit_profile(
                     "does not do what its config and the log say (another drafter setting, or changed outputs)")
         notes.append(f"{rd.name}: the server's acceptance ({chk['live_acceptance']:.1%}) differs from the replay "
                      f"({chk['replayed_acceptance']:.1%}){why}")
+    refused = _refused(runs)
+    if refused:
+        notes.append(f"{len(refused['ids'])} request(s) failed in every calibration run ({refused['why']}): predictions "
+                     "leave them out, as compare does")
     server = runs[0].run.get("server") or {}
     prov = {
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -312,9 +316,31 @@ def fit_profile(
         #: the server repeated its sampled (T > 0) outputs across runs: a stateful drafter's cache then
         #: holds them (decided by which replay reproduced the calibration runs)
         "sampled_outputs_repeat": any(c.get("sampled_outputs_repeat") for c in checks.values()),
+        #: requests the server failed every time it got them (e.g. tool calls a server without a tool parser
+        #: refuses with HTTP 400): predictions leave them out, as compare's pairing does
+        "refused_requests": refused,
     }
     return StepCostProfile(params=params, shape=chosen, alternatives=alternatives, param_names=names, bootstrap=boot,
                            residuals=residuals, measured=measured, replay_checks=checks, provenance=prov, notes=notes)
+
+
+def _refused(runs: Sequence[RunData]) -> dict[str, Any] | None:
+    """Ids that failed in every run that sent them, and the commonest reason (``None``: there are none)."""
+    from collections import Counter
+
+    sent: Counter[str] = Counter()
+    failed: dict[str, list[str]] = {}
+    for rd in runs:
+        for rec in rd.records:
+            sent[rec.id] += 1
+            if not rec.ok:
+                failed.setdefault(rec.id, []).append(
+                    f"HTTP {rec.http_status}" if rec.http_status else (rec.failure.value if rec.failure else "failed"))
+    ids = sorted(i for i, w in failed.items() if len(w) == sent[i])
+    if not ids:
+        return None
+    why = Counter(w for i in ids for w in failed[i]).most_common(1)[0][0]
+    return {"ids": ids, "why": why}
 
 
 def _shape_confidence(fits: dict[str, dict[str, Any]], chosen: str, keep: np.ndarray, rows: Sequence[Rows],

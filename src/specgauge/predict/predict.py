@@ -112,6 +112,11 @@ def predict_cells(
     requests (False: a fresh server per cell). ``earlier_runs[(label, concurrency)]`` overrides how
     many runs over the same requests that cell's server served before it."""
     replay = replay or WorkloadReplay(workload, tokenizer, num_prompts)
+    refused = profile.provenance.get("refused_requests") or {}
+    if replay.drop(frozenset(refused.get("ids") or ())):
+        # compare pairs only requests that succeeded on both sides; these never do
+        replay.notes.append(f"{len(refused['ids'])} request(s) the server refused in every calibration run "
+                            f"({refused.get('why', 'failed')}) left out, as compare leaves out failed requests")
     mb = max_batch
     base_reqs = replay.planned(None)
     baselines: dict[int, _Side] = {}

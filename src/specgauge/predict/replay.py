@@ -205,6 +205,16 @@ class WorkloadReplay:
             self._matches[model] = m
         return self._matches[model]
 
+    def drop(self, ids: set[str] | frozenset[str]) -> int:
+        """Leave out planned requests (by planned id) that the server refused: it never ran them, so they
+        take no steps and teach a stateful drafter nothing. Returns how many were dropped."""
+        keep = [r for r in self.requests if r.id not in ids]
+        n = len(self.requests) - len(keep)
+        if n:
+            self.requests = keep
+            self._cache.clear()
+        return n
+
     def live(self, spec: dict[str, Any] | None) -> Any:
         """A function from a bench record to its replay on the record's own token ids (``None`` when the
         record has none), for a stateless drafter; ``None`` for any other config. The server proposed

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +88,32 @@ def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequen
                               seed=seed, warmup=warmup, progress=False, api_key=target.api_key,
                               resume=resume and (d / "results.jsonl").is_file()))  # a broken run goes on
 
+    def done(label: str) -> bool:  # resuming, and every pair of this config is measured: start no server for it
+        return resume and all((d / "summary.json").is_file() for c in by_label[label] for r in range(repeats)
+                              for d in paired_dirs(out, label, c.concurrency, r))
+
     runs: list[PairedRun] = []
-    with open_server(target, BASELINE, None, out / dir_name(BASELINE) / "server.log", max_batch) as (base_url, _):
+
+    def record(run: PairedRun) -> None:
+        runs.append(run)
+        if on_pair is not None:
+            on_pair(run)
+
+    with ExitStack() as stack:
+        base_url: str | None = None
         for label, lcells in by_label.items():
             spec = lcells[0].speculative_config
             assert spec is not None
+            if done(label):
+                for cell in sorted(lcells, key=lambda x: x.concurrency):
+                    for r in range(repeats):
+                        bd, cd = paired_dirs(out, label, cell.concurrency, r)
+                        record(PairedRun(label=label, concurrency=cell.concurrency, repeat=r, speculative_config=spec,
+                                         baseline_dir=bd, candidate_dir=cd))
+                continue
+            if base_url is None:  # the baseline server comes up once, when a config first needs measuring
+                base_url, _ = stack.enter_context(open_server(target, BASELINE, None, out / dir_name(BASELINE) / "server.log",
+                                                              max_batch))
             with open_server(target, label, spec, out / dir_name(label) / "server.log", max_batch) as (url, _):
                 started = resume and all(paired_dirs(out, label, c.concurrency, 0)[1].joinpath("summary.json").is_file()
                                          for c in lcells)
@@ -107,11 +129,8 @@ def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequen
                         sides = ((base_url, bd), (url, cd))
                         for u, d in sides if r % 2 == 0 else sides[::-1]:
                             bench(u, d, cell.concurrency)
-                        run = PairedRun(label=label, concurrency=cell.concurrency, repeat=r, speculative_config=spec,
-                                        baseline_dir=bd, candidate_dir=cd)
-                        runs.append(run)
-                        if on_pair is not None:
-                            on_pair(run)
+                        record(PairedRun(label=label, concurrency=cell.concurrency, repeat=r, speculative_config=spec,
+                                         baseline_dir=bd, candidate_dir=cd))
     return runs
 
 
