@@ -98,6 +98,31 @@ def test_candidate_failures_before_the_first_byte_are_served_by_the_baseline(pai
             assert KEY not in f.read_text(errors="replace"), f  # the key passed through, never written
 
 
+def test_a_bad_first_event_from_the_baseline_is_forwarded_then_recorded(pair: tuple[FakeServer, FakeServer],
+                                                                       tmp_path: Path) -> None:
+    """With nothing left to retry on (the baseline serving a candidate's retry), the first bytes are
+    forwarded before they are parsed: the client gets exactly what the baseline wrote, and the record
+    still says what was wrong with it. A body only the standard library's JSON reads (a NaN) is still
+    routed by its ``user``."""
+    b, c = pair
+    out = tmp_path / "o"
+    with CanaryThread(cfg(b, c, out, steps=[100.0])) as cy:
+        for fault in ("fault:malformed", "fault:error"):
+            body = json.dumps(chat("tokens:3", user="u1", top_p=float("nan"))).encode()
+            assert b"NaN" in body
+            c.override = b.override = fault
+            hdrs = {"Content-Type": "application/json"}
+            direct = httpx.post(b.base_url + "/v1/chat/completions", content=body, headers=hdrs, timeout=10).content
+            r = httpx.post(cy.base_url + "/v1/chat/completions", content=body, headers=hdrs, timeout=10)
+            assert r.status_code == 200 and r.headers[TAG_HEADER] == "baseline" and r.content == direct, fault
+    base = ResultsFile(out / "baseline" / "results.jsonl").existing()
+    assert [(r.failure.value if r.failure else None) for r in base] == ["malformed_sse", "error_payload"]
+    assert all(r.extra["canary"]["role"] == "retry" and r.extra["canary"]["bytes_sent"] and r.extra["canary"]["keyed"]
+               for r in base)
+    cand = ResultsFile(out / "candidate" / "results.jsonl").existing()
+    assert [r.failure.value for r in cand if r.failure] == ["malformed_sse", "error_payload"]
+
+
 def test_stream_broken_after_bytes_reaches_the_client_broken(pair: tuple[FakeServer, FakeServer], tmp_path: Path) -> None:
     b, c = pair
     out = tmp_path / "o"

@@ -1,5 +1,5 @@
 """What the proxy learns from one upstream response while forwarding it: the load generator's own
-stream parsing (``loadgen.sse`` + ``loadgen.runner.apply_events``) applied to a copy of the bytes,
+stream parsing (``loadgen.sse`` + ``loadgen.runner.apply_payloads``) applied to a copy of the bytes,
 and the load generator's record type (``RequestRecord``), with the canary's facts in
 ``extra["canary"]``.
 
@@ -19,7 +19,7 @@ from specgauge.loadgen.runner import (
     RequestFailed,
     StreamState,
     _error_message,
-    apply_events,
+    apply_payloads,
     stream_record,
 )
 from specgauge.loadgen.sse import MalformedSSE, SSEParser
@@ -64,13 +64,15 @@ class Capture:
         self.failure: tuple[FailureKind, str] | None = None
         self.status: int | None = None
 
-    def feed(self, data: bytes) -> bool:
-        """Parse a piece of the stream; False once the stream is known to be broken."""
+    def feed(self, data: bytes, t: float | None = None) -> bool:
+        """Parse a piece of the stream that arrived at ``t`` (a ``perf_counter()`` value; None: now);
+        False once the stream is known to be broken. Bytes all the way (``SSEParser.feed_data``,
+        orjson on the payload), as the load generator's own hot path."""
         if self.failure is not None:
             return False
         try:
-            apply_events(self.parser.feed(data), time.perf_counter() - self.sent, self.st, self.status or 0,
-                         self.dialect.cumulative_tokens)
+            apply_payloads(self.parser.feed_data(data), (time.perf_counter() if t is None else t) - self.sent, self.st,
+                           self.status or 0, self.dialect.cumulative_tokens)
         except RequestFailed as e:
             self.failure = (e.kind, e.message)
         except MalformedSSE as e:
@@ -82,8 +84,8 @@ class Capture:
         if self.failure is not None:
             return
         try:
-            tail, left = self.parser.close()
-            apply_events(tail, time.perf_counter() - self.sent, self.st, self.status or 0, self.dialect.cumulative_tokens)
+            tail, left = self.parser.close_data()
+            apply_payloads(tail, time.perf_counter() - self.sent, self.st, self.status or 0, self.dialect.cumulative_tokens)
         except RequestFailed as e:
             self.failure = (e.kind, e.message)
             return

@@ -7,8 +7,9 @@ a request goes, how its bytes flow, what is recorded; the weights and the judgin
 answers ``/health``, ``/metrics`` (its own) and ``/canary/status`` itself.
 
 Bytes: the request body is sent upstream as received; response bytes are written to the client as
-they arrive (each read is forwarded before it is parsed, nothing is buffered), and a copy is parsed
-for the record (``observe.Capture``). Headers pass through except hop-by-hop ones; the client's
+they arrive (each read is forwarded before it is parsed, nothing is buffered; only a retryable
+candidate's first read is parsed first, see below), and a copy is parsed for the record
+(``observe.Capture``, on bytes with orjson, as the load generator). Headers pass through except hop-by-hop ones; the client's
 ``Authorization`` reaches the upstream and nothing else (never a log, never a record). Upstreams
 are asked for ``identity`` encoding, so the client gets what the server wrote.
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from specgauge.canary.observe import (
@@ -98,6 +100,8 @@ class _Opened:
     resp: aiohttp.ClientResponse
     stream: bool = False
     first: bytes = b""
+    first_t: float = 0.0  #: perf_counter() when the first bytes came in
+    parsed: bool = True  #: False: ``first`` is still to be fed to the capture (after it was forwarded)
     raw: bytes = b""
     failure: tuple[FailureKind, str] | None = None
 
@@ -118,10 +122,17 @@ class _Relayed(web.StreamResponse):
 
 
 def _json_obj(body: bytes) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(body) if body else None
-    except ValueError:
+    """The body as a JSON object, else None: orjson (a few µs), the standard library for what orjson
+    refuses (NaN). It only routes and pairs; the upstream gets the body's bytes as received."""
+    if not body:
         return None
+    try:
+        obj = orjson.loads(body)
+    except ValueError:
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return None
     return obj if isinstance(obj, dict) else None
 
 
@@ -220,8 +231,10 @@ class Proxy:
         return {"side": side.value, "role": role.value, "point": round(req.point, 6), "keyed": req.keyed,
                 "stream": req.stream, "greedy": req.greedy, "weight": req.weight, "mirror_weight": req.mirror_weight, **more}
 
-    async def _open(self, up: Upstream, req: _Req, cap: Capture, first_timeout: float) -> _Opened:
-        """Send, and read up to the first body bytes (a whole body when not streamed)."""
+    async def _open(self, up: Upstream, req: _Req, cap: Capture, first_timeout: float, parse_first: bool = True) -> _Opened:
+        """Send, and read up to the first body bytes (a whole body when not streamed). With
+        ``parse_first`` the first bytes are parsed here, before they are forwarded (a bad first
+        event can still be retried); without it (nothing to retry) they are parsed after forwarding."""
         async with asyncio.timeout(first_timeout):
             resp = await up.session.post(up.base_url + req.path_qs, data=req.body, headers=req.headers)
             cap.status = resp.status
@@ -231,10 +244,13 @@ class Proxy:
                     return _Opened(resp, raw=raw, failure=(FailureKind.http_status, f"HTTP {resp.status}: {_short(raw)}"))
                 if "text/event-stream" in resp.headers.get("Content-Type", ""):
                     first = await resp.content.readany()
+                    t = time.perf_counter()
                     if not first:
                         return _Opened(resp, stream=True, failure=(FailureKind.stream_cut_short, "an empty event stream"))
-                    cap.feed(first)  # parsed *before* it is forwarded: a bad first event can still be retried
-                    return _Opened(resp, stream=True, first=first, failure=cap.failure)
+                    if not parse_first:
+                        return _Opened(resp, stream=True, first=first, first_t=t, parsed=False)
+                    cap.feed(first, t)  # parsed *before* it is forwarded: a bad first event can still be retried
+                    return _Opened(resp, stream=True, first=first, first_t=t, failure=cap.failure)
                 raw = await resp.read()
                 cap.body(raw)
                 return _Opened(resp, raw=raw, failure=cap.failure)
@@ -250,7 +266,7 @@ class Proxy:
         started = time.time()
         first_timeout = self.first_byte_timeout_s if (retryable and req.stream) else self.timeout_s
         try:
-            op = await self._open(up, req, cap, first_timeout)
+            op = await self._open(up, req, cap, first_timeout, parse_first=retryable)
         except (TimeoutError, aiohttp.ClientError, ConnectionError, OSError) as e:
             if isinstance(e, TimeoutError):
                 failure = (FailureKind.timeout, f"no first byte within {first_timeout:g} s")
@@ -292,16 +308,23 @@ class Proxy:
             await out.write(op.first)
         except (ConnectionError, RuntimeError):
             gone = True
+        if not op.parsed:
+            cap.feed(op.first, op.first_t)  # forwarded first, parsed now (stamped when it came in)
         if not gone:
+            perf, read, feed = time.perf_counter, resp.content.readany, cap.feed
             try:
-                async with asyncio.timeout(max(0.001, self.timeout_s - (time.perf_counter() - cap.sent))):
-                    async for data in resp.content.iter_any():
+                async with asyncio.timeout(max(0.001, self.timeout_s - (perf() - cap.sent))):
+                    while True:
+                        data = await read()  # everything buffered so far; b"" at the end of the body
+                        if not data:
+                            break
+                        t = perf()
                         try:
-                            await out.write(data)
+                            await out.write(data)  # forwarded before it is parsed
                         except (ConnectionError, RuntimeError):
                             gone = True
                             break
-                        cap.feed(data)
+                        feed(data, t)
             except TimeoutError:
                 failure = (FailureKind.timeout, f"no complete response within {self.timeout_s:g} s, or a silence longer than the stall timeout")
             except (aiohttp.ClientError, ConnectionError, OSError) as e:

@@ -86,6 +86,7 @@ class CanaryService:
         c = self.cfg
         s = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            cookie_jar=aiohttp.DummyCookieJar(),  # one client's Set-Cookie must never ride on another's request
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.connect_timeout_s, sock_read=c.stall_timeout_s),
             trust_env=False, auto_decompress=True,
         )
