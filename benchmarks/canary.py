@@ -15,7 +15,8 @@ production), and specgauge's own load generator here (on uvloop, as ``bench``).
    request, not what its CPU costs its neighbours (that is item 2). Percentiles are taken over all
    measured rounds pooled (``--rounds`` x ``--requests`` per side: p99 of 3,072 is about the 31st
    largest; the earlier benchmark's p99 of one round's 96 was the largest but one), with a 95 %
-   bootstrap interval (requests resampled).
+   bootstrap interval (requests resampled: slow requests come in bursts, so the interval is somewhat
+   too narrow; the A/A line shows how far two equal samples drift apart).
    added = P - (A and B together); the noise floor is the A/A difference B - A, two direct samples
    of the same size measured the same way. The server waits ``--first-ms`` before its first chunk
    and ``--delay-ms`` between chunks, like a decoding model. Goal: p99 added < 2 ms.
