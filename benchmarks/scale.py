@@ -4,8 +4,11 @@ Prints figures and ratios, asserts nothing (timing belongs here, not in tests). 
 invocation, alternated, medians of paired runs:
 
 1. replay: ``simulate --ray`` over the sample log copied into ``--files`` files (ids made unique),
-   n-gram + suffix (k 1..8), suffix partitioned by segment, on a local Ray cluster of 1 node × 1 CPU
-   and one of 2 nodes × 1 CPU (both started here, each run on a warm connection). Figure: decode
+   n-gram + suffix (k 1..8), suffix partitioned by segment, on a local Ray cluster of 1 CPU and one of
+   2 CPUs (both started here, each run on a warm connection): by default one node each, so both
+   sides run the same Ray processes (one raylet, one object store) and only the worker count
+   differs; ``--topology nodes``: 1 node × 1 CPU vs 2 nodes × 1 CPU, where the second worker also
+   brings a second raylet and object store onto the same 2 cores. Figure: decode
    positions replayed per second (output tokens × (method, k) pairs / wall time), and the 1→2 ratio
    (goal ≥ 1.7 on 2 free cores). The single-process replay of the same files is printed beside them.
 2. load generation: ``bench --ray-workers 1`` and ``2`` against the scripted server (its own process,
@@ -16,7 +19,7 @@ The replay needs enough work to amortise Ray Data's fixed start of each run (a f
 default 8 copies (1920 requests, ~5 M positions) take ~30 s per single-core run on a quiet machine.
 The machine's load average is printed before and after: on a shared machine the ratio means little.
 
-    python benchmarks/scale.py [--files 8] [--pairs 2] [--requests 24] [--tokens 2000] [--concurrency 8]
+    python benchmarks/scale.py [--files 8] [--pairs 2] [--topology cpus|nodes] [--requests 24] [--tokens 2000] [--concurrency 8]
 """
 
 from __future__ import annotations
@@ -62,12 +65,17 @@ def make_workload(tmp: Path, files: int) -> list[Path]:
     return out
 
 
-def start_cluster(nodes: int):
+def start_cluster(workers: int, topology: str = "nodes"):
+    """A local cluster of ``workers`` CPUs: one node with that many (``cpus``: the same Ray processes,
+    one raylet and object store, whatever the count) or that many nodes of 1 CPU (``nodes``: each
+    added worker also adds a raylet and an object store, on the same 2 cores, and blocks cross between
+    object stores)."""
     from ray.cluster_utils import Cluster
 
     mem = 150 * 1024 * 1024
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": mem, "include_dashboard": False})
-    for _ in range(nodes - 1):
+    head = workers if topology == "cpus" else 1
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": head, "object_store_memory": mem, "include_dashboard": False})
+    for _ in range(workers - head):
         c.add_node(num_cpus=1, object_store_memory=mem)
     return c
 
@@ -89,7 +97,7 @@ def replay_bench(args: argparse.Namespace, tmp: Path) -> None:
     print(f"replay: {ref.requests_replayed} requests, {positions:,} (position, method, k) replays per run")
     print(f"  single process (no Ray):       {single_s:7.2f} s   {positions / single_s:12,.0f} positions/s")
 
-    clusters = {1: start_cluster(1), 2: start_cluster(2)}
+    clusters = {1: start_cluster(1, args.topology), 2: start_cluster(2, args.topology)}
     times: dict[int, list[float]] = {1: [], 2: []}
     rcfg = RayReplayConfig(block_tokens=1 << 15)
     try:
@@ -112,7 +120,7 @@ def replay_bench(args: argparse.Namespace, tmp: Path) -> None:
         m = statistics.median(times[w])
         print(f"  Ray, {w} worker(s) (median of {len(times[w])}): {m:7.2f} s   {positions / m:12,.0f} positions/s   "
               f"({', '.join(f'{t:.2f}' for t in times[w])})")
-    print(f"  1 -> 2 workers speed-up (median of paired ratios): {statistics.median(ratios):.2f}x   "
+    print(f"  1 -> 2 workers speed-up, {args.topology} topology (median of paired ratios): {statistics.median(ratios):.2f}x   "
           f"(pairs: {', '.join(f'{r:.2f}' for r in ratios)}; goal >= 1.7 on 2 free cores)")
 
 
@@ -158,6 +166,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--topology", choices=("cpus", "nodes"), default="cpus",
+                    help="replay cluster: 1 node of 1 vs 2 CPUs (same Ray processes on both sides), or 1 vs 2 nodes of 1 CPU")
     ap.add_argument("--skip-replay", action="store_true")
     ap.add_argument("--skip-load", action="store_true")
     args = ap.parse_args()
