@@ -3,7 +3,8 @@
 Raw asyncio sockets (no framework) so it can misbehave exactly: drop a connection mid-chunk, end
 a body without ``[DONE]``, stall, send bytes that are not SSE or not JSON, never end. Each request
 picks its behaviour from a directive in its prompt (last message for chat), e.g.
-``"fault:http429"`` or ``"tokens:12 per:3 delay_ms:1"``; ``srv.override`` (same syntax, settable
+``"fault:http429"`` or ``"tokens:12 per:3 delay_ms:1"`` (``shape:vllm``: chunks laid out byte for byte
+as vLLM 0.32's, not the minimal default); ``srv.override`` (same syntax, settable
 while it runs) overrides every request's directive, to make a running server fail or slow down
 (``fault:hang`` never answers; ``first_ms:N`` delays the first chunk; ``linger_ms:N`` the body's end
 after ``[DONE]``). A well-behaved stream looks like vLLM's
@@ -33,6 +34,22 @@ FAULTS = ("http429", "http500", "drop", "cut", "stall", "malformed", "badjson", 
 
 def parse_directive(text: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+):(\w+)", text))
+
+
+def vllm_chunk(cid: str, model: str, text: str, chat: bool, completion_tokens: int, prompt_tokens: int = 5) -> str:
+    """One streamed chunk as ``vllm serve`` 0.32 writes it with ``continuous_usage_stats`` (key order,
+    nulls and compact separators as recorded in ``tests/data/recorded/vllm_0.32.0_ngram.json``):
+    what a client reading a real vLLM server parses per chunk (``shape:vllm``)."""
+    if chat:
+        c: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None, "token_ids": None}
+    else:
+        c = {"index": 0, "text": text, "logprobs": None, "finish_reason": None, "stop_reason": None,
+             "prompt_token_ids": None, "token_ids": None}
+    o = {"id": cid, "object": "chat.completion.chunk" if chat else "text_completion", "created": 1796226299,
+         "model": model, "choices": [c],
+         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                   "completion_tokens": completion_tokens}}
+    return json.dumps(o, separators=(",", ":"))
 
 
 class FakeServer:
@@ -172,8 +189,13 @@ class FakeServer:
             w.write(f"{len(b):x}\r\n".encode() + b + b"\r\n")
             await w.drain()
 
+        vllm_shape = d.get("shape") == "vllm"
+        cid = f"{'chatcmpl' if chat else 'cmpl'}-9a9d33e3d1bb81d6"
+
         def piece(n: int, done_so_far: int) -> str:
             text = "".join(f"t{done_so_far + i} " for i in range(n))
+            if vllm_shape:  # byte for byte the layout of vllm serve 0.32's chunks (tests/data/recorded)
+                return vllm_chunk(cid, self.model, text, chat, done_so_far + n)
             c: dict[str, Any] = {"index": 0, "finish_reason": None}
             if chat:
                 c["delta"] = {"content": text}
