@@ -12,7 +12,6 @@ Flags are named as in ``vllm bench serve`` where they mean the same. Output dire
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import math
 import time
@@ -28,6 +27,7 @@ from specgauge import __version__
 from specgauge.config import SpeculativeConfig
 from specgauge.errors import UserError
 from specgauge.loadgen import arrivals as A
+from specgauge.loadgen.client_loop import STALL_MS, STALL_WARN_MS, GcTimer, watch_loop
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.memory import MemorySampler
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
@@ -312,8 +312,8 @@ async def _session_run(
         kv: list[dict[str, Any]] = []
         kv_task = asyncio.get_running_loop().create_task(_sample_kv(session, cfg, headers, dialect, kv)) if before else None
         stalls: dict[str, Any] = {}
-        watch = asyncio.get_running_loop().create_task(_watch_loop(stalls))
-        gc_timer = _GcTimer(stalls)
+        watch = asyncio.get_running_loop().create_task(watch_loop(stalls))
+        gc_timer = GcTimer(stalls)
         t0 = time.perf_counter()
         recs: list[RequestRecord] = []
         try:
@@ -383,68 +383,6 @@ async def _session_run(
     elif why2:
         run.warnings.append(f"no counter snapshot after the run: {why2}")
     return sess_info
-
-
-#: an event-loop wake-up this late counts as a stall of the load generator; one this late warns
-STALL_MS = 20.0
-STALL_WARN_MS = 100.0
-
-
-class _GcTimer:
-    """Times the interpreter's garbage collections during the run (they stop the event loop too):
-    ``out["gc_max_ms"]``, ``out["gc_s"]``, ``out["gc_collections"]``."""
-
-    def __init__(self, out: dict[str, Any]) -> None:
-        self.out = out
-        out.update(gc_max_ms=0.0, gc_s=0.0, gc_collections=0)
-        self._t = 0.0
-        gc.callbacks.append(self)
-
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._t = time.perf_counter()
-            return
-        d = time.perf_counter() - self._t
-        self.out["gc_collections"] += 1
-        self.out["gc_s"] = round(self.out["gc_s"] + d, 4)
-        self.out["gc_max_ms"] = max(self.out["gc_max_ms"], round(d * 1e3, 2))
-
-    def close(self) -> None:
-        if self in gc.callbacks:
-            gc.callbacks.remove(self)
-
-
-async def _watch_loop(out: dict[str, Any], period: float = 0.01) -> None:
-    """How late the client's own event loop wakes up during the run (a CPU-starved or blocked load
-    generator times chunks late, and would blame the server): ``out`` holds the worst lateness, the
-    number of stalls over ``STALL_MS`` and their total, updated as they happen."""
-    perf = time.perf_counter
-    out.update(max_stall_ms=0.0, stalls=0, stalled_s=0.0)
-    waited = _run_queue_wait()
-    if waited is not None:  # Linux: of the stalls, the time this thread was runnable but not running
-        out["stalled_waiting_for_cpu_s"] = 0.0
-    while True:
-        t = perf()
-        await asyncio.sleep(period)
-        late = perf() - t - period
-        now_waited = _run_queue_wait() if waited is not None else None
-        if late * 1e3 > out["max_stall_ms"]:
-            out["max_stall_ms"] = round(late * 1e3, 2)
-        if late * 1e3 >= STALL_MS:
-            out["stalls"] += 1
-            out["stalled_s"] = round(out["stalled_s"] + late, 4)
-            if now_waited is not None and waited is not None:
-                out["stalled_waiting_for_cpu_s"] = round(out["stalled_waiting_for_cpu_s"] + now_waited - waited, 4)
-        waited = now_waited
-
-
-def _run_queue_wait() -> float | None:
-    """Seconds this thread has spent runnable but waiting for a CPU (Linux ``/proc/thread-self/schedstat``)."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 async def _sample_kv(session: aiohttp.ClientSession, cfg: BenchConfig, headers: dict[str, str], dialect: Dialect,

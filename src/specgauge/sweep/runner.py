@@ -96,8 +96,6 @@ def _check_cells(cells: Sequence[CellSpec]) -> dict[str, dict[str, Any] | None]:
 def _same_dirs(spec: dict[str, Any] | None) -> dict[str, Any] | None:
     """A config with its model directories absolute, so that a draft model named by a relative path
     now and stored resolved (``resolve_specs``) compares equal."""
-    from specgauge.paths import resolve_specs
-
     return resolve_specs({"speculative_config": spec}, Path.cwd())["speculative_config"] if spec else spec  # type: ignore[index]
 
 
