@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,3 +98,38 @@ def test_a_sweeps_command_target_starts_its_servers_niced(tmp_path: Path) -> Non
         child = int(pidfile.read_text())
         assert os.getpriority(os.PRIO_PROCESS, child) == min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)
     assert _gone(child)
+
+
+IPC_SERVER = """
+import http.server, os, socket, sys
+s = socket.socket(socket.AF_UNIX)  # what vLLM's ZeroMQ does in VLLM_RPC_BASE_PATH, and leaves behind when stopped
+s.bind(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "engine-core"))
+open(sys.argv[2], "w").write(os.environ["VLLM_RPC_BASE_PATH"])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_server_binds_its_ipc_sockets_in_a_directory_of_its_own_removed_when_it_stops(tmp_path: Path) -> None:
+    port, seen = free_port(), tmp_path / "rpc-dir"
+    srv = ManagedServer("ipc server", [sys.executable, "-c", IPC_SERVER, str(port), str(seen)], port,
+                        tmp_path / "ipc.log", health_timeout=30).start()
+    try:
+        for _ in range(100):
+            if seen.exists() and seen.read_text():
+                break
+            time.sleep(0.05)
+        rpc = Path(seen.read_text())
+        assert rpc.is_dir() and (rpc / "engine-core").is_socket() and rpc.parent == Path(tempfile.gettempdir())
+    finally:
+        srv.stop()
+    assert not rpc.exists()  # the socket file the server left is gone with its directory
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    kept = ManagedServer("ipc server", [sys.executable, "-c", IPC_SERVER, str(port), str(seen)], port, tmp_path / "ipc2.log",
+                         env={"VLLM_RPC_BASE_PATH": str(mine)}, health_timeout=30).start()
+    kept.stop()
+    assert (mine / "engine-core").is_socket()  # a directory the caller chose is left alone
