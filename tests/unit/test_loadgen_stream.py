@@ -77,8 +77,11 @@ def _run(payloads: list[bytes], fast: bool, dialect: str) -> tuple[dict[str, Any
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_event(), max_size=8), st.sampled_from(["vllm", "llamacpp", "sglang"]))
-def test_fast_path_equals_reference(payloads: list[bytes], dialect: str) -> None:
+@given(st.lists(_event(), max_size=8), st.sampled_from(["vllm", "llamacpp", "sglang"]), st.booleans())
+def test_fast_path_equals_reference(payloads: list[bytes], dialect: str, as_text: bool) -> None:
+    """Payloads as bytes (the runner, the canary's copy) or text (``apply_events``)."""
+    if as_text:
+        payloads = [p.decode("utf-8", "replace") for p in payloads]  # type: ignore[misc]
     assert _run(payloads, True, dialect) == _run(payloads, False, dialect)
 
 
