@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from specgauge.loadgen.dialects import get_dialect
 from specgauge.loadgen.fakeserver import vllm_chunk
-from specgauge.loadgen.stream import StreamState, _apply_one, apply_payload
+from specgauge.loadgen.stream import StreamState, _apply_one, apply_payload, counts_by_usage
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 50), st.text(max_size=4), st.floats(allow_nan=False, width=32))
 _maybe = st.one_of(_scalar, st.lists(st.integers(0, 9), max_size=3), st.dictionaries(st.text(max_size=3), _scalar, max_size=2))
@@ -63,7 +63,7 @@ def _event(draw: Any) -> bytes:
 def _run(payloads: list[bytes], fast: bool, dialect: str) -> tuple[dict[str, Any], str | None]:
     s, d = StreamState(), get_dialect(dialect)
     cumulative = d.cumulative_tokens
-    by_usage = getattr(cumulative, "__func__", None) is type(get_dialect("vllm")).cumulative_tokens
+    by_usage = counts_by_usage(cumulative)
     err = None
     try:
         for i, p in enumerate(payloads):
@@ -93,3 +93,10 @@ def test_fast_path_on_a_vllm_stream() -> None:
     assert state["counts"] == [1] * 5 and state["text"] == [f"t{i} " for i in range(5)]
     assert state["final"]["usage"] == {"prompt_tokens": 5, "total_tokens": 10, "completion_tokens": 5}
     assert (state, err) == _run(payloads, False, "vllm")
+
+
+def test_only_the_usage_counter_is_inlined() -> None:
+    """vLLM and SGLang count by usage (the fast path inlines it); llama.cpp has a counter of its own."""
+    assert counts_by_usage(get_dialect("vllm").cumulative_tokens)
+    assert counts_by_usage(get_dialect("sglang").cumulative_tokens)
+    assert not counts_by_usage(get_dialect("llamacpp").cumulative_tokens)

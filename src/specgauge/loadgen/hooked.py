@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from specgauge.loadgen.sse import MalformedSSE, SSEParser
-from specgauge.loadgen.stream import RequestFailed, StreamState, _usage_counter, apply_payload, apply_payloads
+from specgauge.loadgen.stream import RequestFailed, StreamState, apply_payload, apply_payloads, counts_by_usage
 
 _perf = time.perf_counter
 _Stream = StreamState
@@ -37,7 +37,7 @@ class Sink:
     def __init__(self, parser: SSEParser, st: _Stream, sent: float, status: int,
                  cumulative: Callable[[dict[str, Any]], int | None]) -> None:
         self.parser, self.st, self.sent, self.status, self.cumulative = parser, st, sent, status, cumulative
-        self.by_usage = getattr(cumulative, "__func__", None) is _usage_counter  #: the token counter can be inlined
+        self.by_usage = counts_by_usage(cumulative)  #: the token counter can be inlined
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.error: BaseException | None = None
 

@@ -141,7 +141,7 @@ def apply_payloads(payloads: Sequence[bytes | str], t: float, st: _Stream, statu
                    cumulative: Callable[[dict[str, Any]], int | None]) -> None:
     """``apply_events`` on the events' ``data`` payloads (bytes from ``SSEParser.feed_data``, or
     text), all stamped ``t``."""
-    by_usage = getattr(cumulative, "__func__", None) is _usage_counter
+    by_usage = counts_by_usage(cumulative)
     for payload in payloads:
         apply_payload(payload, t, st, status, cumulative, by_usage)
 
@@ -237,7 +237,10 @@ def apply_payload(payload: bytes | str, t: float, st: _Stream, status: int,
     _apply_one(payload, t, st, status, cumulative)
 
 
-_usage_counter = Dialect.cumulative_tokens
+def counts_by_usage(cumulative: Callable[[dict[str, Any]], int | None]) -> bool:
+    """``cumulative`` is the base ``Dialect.cumulative_tokens`` (usage.completion_tokens), which the
+    fast path of :func:`apply_payload` inlines; a dialect with its own counter (llama.cpp) is not."""
+    return getattr(cumulative, "__func__", None) is Dialect.cumulative_tokens
 
 
 def _apply_one(payload: bytes | str, t: float, st: _Stream, status: int,
