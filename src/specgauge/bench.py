@@ -27,7 +27,7 @@ from specgauge import __version__
 from specgauge.config import SpeculativeConfig
 from specgauge.errors import UserError
 from specgauge.loadgen import arrivals as A
-from specgauge.loadgen.client_loop import STALL_MS, STALL_WARN_MS, GcTimer, watch_loop
+from specgauge.loadgen.client_loop import GcTimer, stall_warning, watch_loop
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.memory import MemorySampler
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
@@ -343,12 +343,8 @@ async def _session_run(
             await asyncio.gather(watch, return_exceptions=True)
             gc_timer.close()
             sess_info["client_loop"] = stalls
-            if stalls.get("max_stall_ms", 0.0) >= STALL_WARN_MS:
-                run.warnings.append(
-                    f"the load generator itself was held up: its event loop ran up to {stalls['max_stall_ms']:.0f} ms late "
-                    f"({stalls['stalls']} stall(s) over {STALL_MS:.0f} ms, {stalls['stalled_s']:.2f} s in all; CPU starved or "
-                    "blocked), so chunk arrival times are late by as much: give the client a core of its own, or start "
-                    "the server nicer than the client (sweep/calibrate --server-nice 10)")
+            if (w := stall_warning(stalls)) is not None:
+                run.warnings.append(w)
         after, why2 = await scrape(session, cfg.base_url, headers)
     if cfg.server_log is not None:
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgauge.bench import BenchConfig, format_summary, run_bench
+from specgauge.loadgen.client_loop import STALL_WARNING_PREFIX
 from specgauge.records import ResultsFile, TokenCountSource
 from specgauge.servers import vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
@@ -93,7 +94,9 @@ def test_acceptance_equals_the_servers_counters(server: tuple[str, str], tmp_pat
     assert ag["compared"] and set(ag["fields"]) >= {"drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos"}
     assert ag["equal"], json.dumps(ag, indent=1)
     assert acc["counters"]["drafts"] > 0
-    assert not s["specgauge"]["warnings"], s["specgauge"]["warnings"]
+    # a stall of the client's own event loop is about the machine (2 cores shared with the server), not
+    # about the counters: it is reported, and any other warning fails the test
+    assert not [w for w in s["specgauge"]["warnings"] if not w.startswith(STALL_WARNING_PREFIX)], s["specgauge"]["warnings"]
     recs = ResultsFile(tmp_path / "o" / "results.jsonl").existing()
     for r in recs:
         assert r.token_counts is TokenCountSource.usage, (r.id, r.token_counts)

@@ -66,6 +66,29 @@ async def watch_loop(out: dict[str, Any], period: float = 0.01) -> None:
         waited = now_waited
 
 
+#: every warning ``stall_warning`` writes starts so (tests and reports tell it from the others)
+STALL_WARNING_PREFIX = "the load generator itself was held up"
+
+
+def stall_warning(stalls: dict[str, Any]) -> str | None:
+    """The run's warning when the client's own event loop woke up ``STALL_WARN_MS`` late or worse
+    (``None`` otherwise); it says how much of the stalled time the client waited for a CPU (other
+    processes ran: starved) and how much it was not runnable (blocked in its own code or I/O)."""
+    worst = stalls.get("max_stall_ms", 0.0)
+    if worst < STALL_WARN_MS:
+        return None
+    total = stalls.get("stalled_s", 0.0)
+    cpu = stalls.get("stalled_waiting_for_cpu_s")
+    if cpu is None:
+        why = "CPU starved or blocked"
+    else:
+        why = f"{min(cpu, total):.2f} s of it waiting for a CPU while other processes ran, the rest blocked"
+    return (f"{STALL_WARNING_PREFIX}: its event loop ran up to {worst:.0f} ms late ({stalls.get('stalls', 0)} stall(s) "
+            f"over {STALL_MS:.0f} ms, {total:.2f} s in all; {why}), so chunk arrival times near it are late by as "
+            "much: give the client a core of its own, or start the server nicer than the client "
+            "(sweep/calibrate --server-nice 10)")
+
+
 def run_queue_wait() -> float | None:
     """Seconds this thread has spent runnable but waiting for a CPU (Linux ``/proc/thread-self/schedstat``)."""
     try:
