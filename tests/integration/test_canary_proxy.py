@@ -240,11 +240,19 @@ def test_restart_resumes_the_saved_weight(pair: tuple[FakeServer, FakeServer], t
     conf = cfg(b, c, out, steps=[10.0, 30.0, 100.0], judge=JudgeConfig(min_samples=2), max_weight_without_speedup=100)
     with CanaryThread(conf) as cy:
         client = openai.OpenAI(base_url=cy.base_url + "/v1", api_key=KEY, max_retries=0)
-        for i in range(40):
-            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "tokens:3"}], stream=True,
-                                           user=f"u{i}").close()
+        for i in range(40):  # read to the end: a stream the client drops early may not count as a sample
+            st = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "tokens:3"}], stream=True,
+                                                user=f"u{i}")
+            assert "".join(ch.choices[0].delta.content or "" for ch in st if ch.choices) == "t0 t1 t2 "
+        deadline = time.monotonic() + 10  # the proxy records a request once its upstream body has ended
+        while time.monotonic() < deadline:
+            win = httpx.get(cy.base_url + "/canary/status").json()["window"]
+            if win["baseline"] + win["candidate"] == 40:
+                break
+            time.sleep(0.05)
         event = cy.call(cy.service.evaluate())
-        assert event is not None and event["decision"]["action"] == "promote"
+        assert event is not None and event["decision"]["action"] == "promote", (
+            event and (event["decision"], [ch for ch in event["judgement"]["checks"] if ch["status"] != "pass"]))
     with CanaryThread(conf) as cy:  # a new proxy process on the same --out-dir
         assert httpx.get(cy.base_url + "/canary/status").json()["weight"] == 30.0
     events = read_events(out / "decisions.jsonl")
