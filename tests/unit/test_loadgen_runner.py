@@ -177,6 +177,27 @@ def test_closely_spaced_sends_are_never_early_and_keep_plan_order() -> None:
     assert [r.index for r in sorted(recs, key=lambda r: r.sent_s)] == list(range(25))
 
 
+def test_a_due_request_waits_for_the_earlier_ones_in_the_plan() -> None:
+    """Plan order holds even when a later request's time has passed first: a client descheduled
+    between two spinning requests' checks (one just before its time, the next after its own) would
+    otherwise send them swapped (seen under CPU load: 18 of 60 runs of the test above, 0 now)."""
+    import time
+
+    async def go(srv: FakeServer) -> tuple[RequestRecord, RequestRecord]:
+        async with new_session(None) as s:
+            r = Runner(RunnerSettings(srv.base_url, "fake", None, None, 5.0), get_dialect("vllm"), s)
+            now = time.perf_counter()
+            second = asyncio.create_task(r.send(creq(1, "tokens:2"), 1, 0.0, now, turn=1))  # due at once
+            await asyncio.sleep(0.01)
+            assert not second.done()  # held for turn 0
+            first = asyncio.create_task(r.send(creq(0, "tokens:2"), 0, 0.0, now + 0.002, turn=0))
+            return await first, await second
+
+    with FakeServer() as srv:
+        a, b = asyncio.run(go(srv))
+    assert a.ok and b.ok and a.sent_s < b.sent_s
+
+
 def test_the_collector_is_paused_during_a_run_and_restored_after() -> None:
     import gc
 

@@ -108,6 +108,7 @@ class Runner:
         self.session = session
         self.on_record = on_record
         self._sem = asyncio.Semaphore(settings.max_concurrency) if settings.max_concurrency else None
+        self._turn = 0  #: in a run, the plan position whose send time may pass next (keeps plan order)
         self.t0_perf = time.perf_counter()
         self.t0_wall = time.time()
 
@@ -165,11 +166,19 @@ class Runner:
             st.retried = True
             return await self.session.post(url, json=body, headers=headers)
 
-    async def send(self, req: Request, index: int, scheduled_s: float, at: float | None = None) -> RequestRecord:
-        """Waits for its send time ``at`` (a ``perf_counter()`` value; None: now) and a slot, sends,
+    async def send(self, req: Request, index: int, scheduled_s: float, at: float | None = None,
+                   turn: int | None = None) -> RequestRecord:
+        """Waits for its send time ``at`` (a ``perf_counter()`` value; None: now) and, with ``turn``
+        (its position in the plan), for the requests before it to pass theirs, then for a slot; sends,
         classifies. Never raises except on cancellation."""
         if at is not None:
             await _spin_until(at)
+        if turn is not None:
+            # a loop that was held up wakes several due tasks in one pass, not always in plan order
+            # (a task made in the pass runs before one re-queued by its spin): the earlier goes first
+            while self._turn < turn:
+                await asyncio.sleep(0)
+            self._turn += 1
         ready_s = time.perf_counter() - self.t0_perf
         if self._sem is not None:
             await self._sem.acquire()
@@ -218,16 +227,17 @@ class Runner:
     async def _run(self, plan: Sequence[tuple[int, Request, float]]) -> list[RequestRecord]:
         self.t0_perf = time.perf_counter()
         self.t0_wall = time.time()
+        self._turn = 0
         loop = asyncio.get_running_loop()
         tasks: list[asyncio.Task[RequestRecord]] = []
         try:
-            for index, req, at in plan:
+            for turn, (index, req, at) in enumerate(plan):
                 when = self.t0_perf + at
                 delay = when - time.perf_counter() - SPIN_S
                 if delay > 0:  # the loop's timer wakes up to ~1 ms late (epoll's millisecond timeout)
                     await asyncio.sleep(delay)
                 # the task is made before its time and spins to it itself: no loop hop after the time
-                tasks.append(loop.create_task(self.send(req, index, at, when)))
+                tasks.append(loop.create_task(self.send(req, index, at, when, turn)))
             return list(await asyncio.gather(*tasks))
         finally:
             for t in tasks:
