@@ -237,7 +237,10 @@ def test_slow_candidate_is_rolled_back_after_the_failure_limit(pair: tuple[FakeS
 def test_restart_resumes_the_saved_weight(pair: tuple[FakeServer, FakeServer], tmp_path: Path) -> None:
     b, c = pair
     out = tmp_path / "o"
-    conf = cfg(b, c, out, steps=[10.0, 30.0, 100.0], judge=JudgeConfig(min_samples=2), max_weight_without_speedup=100)
+    # what is tested is the saved weight, not the judge: its latency checks are off (4 candidate E2E
+    # values of ~1 ms from identical servers: a CPU hiccup on this shared machine once made them look
+    # slower at 99 % and the judge held, as designed: one failed evaluation of the 3 allowed)
+    conf = cfg(b, c, out, steps=[10.0, 30.0, 100.0], judge=JudgeConfig(min_samples=2, metrics=[]), max_weight_without_speedup=100)
     with CanaryThread(conf) as cy:
         client = openai.OpenAI(base_url=cy.base_url + "/v1", api_key=KEY, max_retries=0)
         for i in range(40):  # read to the end: a stream the client drops early may not count as a sample
