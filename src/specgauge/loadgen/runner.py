@@ -174,8 +174,8 @@ class Runner:
         if at is not None:
             await _spin_until(at)
         if turn is not None:
-            # a loop that was held up wakes several due tasks in one pass, not always in plan order
-            # (a task made in the pass runs before one re-queued by its spin): the earlier goes first
+            # a client descheduled between two spinning requests' clock checks in one loop pass finds
+            # the later one's time passed before the earlier one has seen its own: the earlier goes first
             while self._turn < turn:
                 await asyncio.sleep(0)
             self._turn += 1
