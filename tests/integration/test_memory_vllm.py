@@ -28,8 +28,8 @@ def test_vllm_cpu_kv_and_weights_memory_in_summary_and_report(tmp_path: Path) ->
     if not (TARGET / "config.json").exists():
         pytest.skip(f"tiny target model not found at {TARGET}")
     w = tmp_path / "w.jsonl"
-    # ~2 s of decoding: the KV gauge is sampled while requests run (a /metrics scrape of the busy server
-    # takes a few hundred ms here; 4 x 96 tokens ran 0.47 s and was sometimes sampled once, or not at all)
+    # ~2 s of decoding, so that the KV gauge is sampled many times while requests run (4 x 96 tokens ran
+    # 0.47 s: with the sampler then queued behind the streams for a connection, once or not at all)
     w.write_text("".join(json.dumps({"id": f"q{i}", "prompt": "one two three four five one two three four five one two",
                                       "max_tokens": 256, "temperature": 0, "ignore_eos": True}) + "\n" for i in range(8)))
     log = tmp_path / "vllm.log"

@@ -18,16 +18,21 @@ import pytest
 
 from specgauge.servers import ManagedServer, free_port
 
-SERVER = """
-import http.server, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-open(sys.argv[2], "w").write(str(child.pid))
+#: how every stand-in server below ends: answers 200 "ok" to any GET on ``port`` until stopped
+SERVE_OK = """
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
     def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
+
+SERVER = """
+import http.server, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+open(sys.argv[2], "w").write(str(child.pid))
+port = int(sys.argv[1])
+""" + SERVE_OK
 
 
 def _start(tmp_path: Path, nice: int) -> tuple[ManagedServer, int]:
@@ -105,12 +110,8 @@ import http.server, os, socket, sys
 s = socket.socket(socket.AF_UNIX)  # what vLLM's ZeroMQ does in VLLM_RPC_BASE_PATH, and leaves behind when stopped
 s.bind(os.path.join(os.environ["VLLM_RPC_BASE_PATH"], "engine-core"))
 open(sys.argv[2], "w").write(os.environ["VLLM_RPC_BASE_PATH"])
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
+port = int(sys.argv[1])
+""" + SERVE_OK
 
 
 def test_a_server_binds_its_ipc_sockets_in_a_directory_of_its_own_removed_when_it_stops(tmp_path: Path) -> None:
@@ -138,12 +139,7 @@ def test_a_server_binds_its_ipc_sockets_in_a_directory_of_its_own_removed_when_i
 FAKE_BINARY = """#!{python}
 import http.server, sys
 port = int(sys.argv[sys.argv.index("--port") + 1])
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-"""
+""" + SERVE_OK
 
 
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX priorities")
