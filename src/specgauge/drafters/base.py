@@ -90,6 +90,34 @@ def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
     return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
 
+def trace_from_runs(run: np.ndarray, k: int) -> ReplayTrace:
+    """The decode steps over one output from its per-position accepted runs: ``run[j]`` is how many
+    draft tokens a step starting at output position j would have accepted (``kmax``-capped, see
+    :class:`WholeOutputReplay`). A step at ``pos`` drafts k tokens, accepts ``min(k, run[pos])`` and emits
+    one more; output token 0 comes from the prefill, so the first step is at position 1. Exact for any
+    k <= the cap because a greedy chain of k tokens is the first k tokens of the longer chain."""
+    n = len(run)
+    drafted, accepted = [], []
+    pos = 1
+    while pos < n:
+        a = min(int(run[pos]), k)
+        drafted.append(k)
+        accepted.append(a)
+        pos += a + 1
+    return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
+
+
+@runtime_checkable
+class WholeOutputReplay(Protocol):
+    """A stateless drafter that replays a whole logged output at once (a draft model's teacher-forced
+    pass, a hidden-state head's chain over one target pass): ``accept_runs`` returns, per output
+    position j, the number of draft tokens a step starting at j would accept, capped at ``kmax``
+    (positions 0 and past the end are never step starts' concern: any value). Every k <= kmax then
+    follows from :func:`trace_from_runs`. Offline replay uses it where a drafter offers it."""
+
+    def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray: ...
+
+
 @runtime_checkable
 class Drafter(Protocol):
     #: registry name, e.g. "ngram"
