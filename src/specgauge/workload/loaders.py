@@ -7,20 +7,28 @@ loaded whole). Every malformed record raises ``WorkloadError("FILE:LINE", field,
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import ijson
+import zstandard
 from pydantic import BaseModel, Field
 
 from specgauge.workload import formats as F
-from specgauge.workload.reader import DEFAULT_MAX_LINE_BYTES, WorkloadError, iter_lines, open_binary
+from specgauge.workload.reader import (
+    DEFAULT_MAX_LINE_BYTES,
+    WorkloadError,
+    compression_of,
+    iter_json_array,
+    iter_lines,
+    loads_bounded,
+    open_binary,
+)
 from specgauge.workload.schema import Request, WorkloadItem
 
 Format = Literal["openai", "batch", "sharegpt", "vllm-custom", "text"]
@@ -34,6 +42,9 @@ class LoadOptions(BaseModel):
     )
     skip_invalid: bool = False
     max_line_bytes: int = Field(default=DEFAULT_MAX_LINE_BYTES, ge=1024)
+    max_decompressed_bytes: int | None = Field(
+        default=None, ge=1, description="a compressed file may decompress to this many bytes (default: 100x its size, >= 256 MiB)"
+    )
     limit: int | None = Field(default=None, ge=1, description="stop after this many requests")
 
 
@@ -54,10 +65,10 @@ class LoadReport:
 # ---------------------------------------------------------------- detection
 
 
-def _first_record(path: Path, max_line_bytes: int) -> tuple[str, Any]:
+def _first_record(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = None) -> tuple[str, Any]:
     """('empty'|'array'|'json'|'text'|'badjson', first parsed object or text)."""
     first_error: WorkloadError | None = None
-    for _, line in iter_lines(path, max_line_bytes):
+    for _, line in iter_lines(path, max_line_bytes, max_decompressed_bytes):
         if isinstance(line, WorkloadError):  # unreadable line: detect from the next one
             first_error = first_error or line
             continue
@@ -68,8 +79,8 @@ def _first_record(path: Path, max_line_bytes: int) -> tuple[str, Any]:
             return "array", None
         if s.startswith("{"):
             try:
-                return "json", json.loads(s)
-            except json.JSONDecodeError:
+                return "json", loads_bounded(s, str(path))
+            except WorkloadError:  # reported, with its line, when the file is read
                 return "badjson", None
         return "text", s
     if first_error is not None:
@@ -77,9 +88,9 @@ def _first_record(path: Path, max_line_bytes: int) -> tuple[str, Any]:
     return "empty", None
 
 
-def detect_format(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> str:
+def detect_format(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_decompressed_bytes: int | None = None) -> str:
     """Guess a file's format from its first record. Returns a FORMATS name or 'batch-output'."""
-    kind, obj = _first_record(path, max_line_bytes)
+    kind, obj = _first_record(path, max_line_bytes, max_decompressed_bytes)
     if kind == "empty":
         raise WorkloadError(str(path), "empty workload (no requests)")
     if kind == "array":
@@ -102,7 +113,7 @@ def detect_format(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> s
 
 def _json_records(path: Path, opts: LoadOptions) -> Iterator[tuple[str, Any | WorkloadError]]:
     """(``FILE:LINE``, parsed JSON value or the error) per non-blank line."""
-    for n, line in iter_lines(path, opts.max_line_bytes):
+    for n, line in iter_lines(path, opts.max_line_bytes, opts.max_decompressed_bytes):
         where = f"{path}:{n}"
         if isinstance(line, WorkloadError):
             yield where, line
@@ -110,26 +121,23 @@ def _json_records(path: Path, opts: LoadOptions) -> Iterator[tuple[str, Any | Wo
         if not line.strip():
             continue
         try:
-            yield where, json.loads(line)
-        except json.JSONDecodeError as e:
-            yield where, WorkloadError(where, f"invalid JSON: {e.msg} at column {e.colno}")
-        except RecursionError:
-            yield where, WorkloadError(where, "invalid JSON: nested too deeply")
+            yield where, loads_bounded(line, where)
+        except WorkloadError as e:
+            yield where, e
 
 
-def _array_records(path: Path) -> Iterator[tuple[str, Any | WorkloadError]]:
-    """Items of a top-level JSON array (ShareGPT files), streamed with ijson."""
-    with open_binary(path) as f:
-        i = 0
+def _array_records(path: Path, opts: LoadOptions) -> Iterator[tuple[str, Any | WorkloadError]]:
+    """Items of a top-level JSON array (ShareGPT files), streamed (bounded nesting, see ``reader``)."""
+    with open_binary(path, opts.max_decompressed_bytes) as f:
         try:
-            for i, obj in enumerate(ijson.items(f, "item", use_float=True), start=1):
+            for i, obj in iter_json_array(f, str(path)):
                 yield f"{path}:item {i}", obj
-        except (ijson.JSONError, ValueError, EOFError, OSError) as e:
-            yield f"{path}:item {i + 1}", WorkloadError(f"{path}:item {i + 1}", f"invalid JSON array: {e}")
+        except WorkloadError as e:  # nothing after a broken array can be read
+            yield e.source, e
 
 
 def _text_records(path: Path, opts: LoadOptions) -> Iterator[tuple[str, Any | WorkloadError]]:
-    for n, line in iter_lines(path, opts.max_line_bytes):
+    for n, line in iter_lines(path, opts.max_line_bytes, opts.max_decompressed_bytes):
         if isinstance(line, WorkloadError) or line.strip():
             yield f"{path}:{n}", line
 
@@ -138,37 +146,54 @@ def _text_records(path: Path, opts: LoadOptions) -> Iterator[tuple[str, Any | Wo
 
 
 class _BatchOutputIndex:
-    """custom_id -> byte offset of its line in a (decompressed, spooled) Batch API output file."""
+    """custom_id -> byte offset of its line in a (decompressed, spooled) Batch API output file.
 
-    def __init__(self, paths: list[Path]) -> None:
+    The spool is as bounded as any read: a compressed output stops at its decompressed cap, every line
+    at ``max_line_bytes``; the temp files are removed by ``close`` and when building the index fails."""
+
+    def __init__(self, paths: list[Path], opts: LoadOptions | None = None) -> None:
+        self.opts = opts or LoadOptions()
         self.offsets: dict[str, tuple[Path, int]] = {}
         self._tmp: list[Path] = []
-        for p in paths:
-            plain = self._plain(p)
-            with open(plain, "rb") as f:
-                n, pos = 0, 0
-                for raw in iter(f.readline, b""):
-                    n += 1
+        try:
+            for p in paths:
+                self._index(p)
+        except BaseException:
+            self.close()
+            raise
+
+    def _index(self, p: Path) -> None:
+        cap = self.opts.max_line_bytes
+        plain = self._plain(p)
+        with open(plain, "rb") as f:
+            n, pos = 0, 0
+            while raw := f.readline(cap + 1):
+                n += 1
+                if len(raw) > cap and not raw.endswith(b"\n"):
+                    raise WorkloadError(f"{p}:{n}", f"line longer than {cap} bytes (raise --max-line-bytes to accept it)")
+                if raw.strip():
+                    obj = loads_bounded(raw, f"{p}:{n}")  # bad or too deep JSON: its own error
                     try:
-                        obj = json.loads(raw)
                         cid = obj["custom_id"]
-                    except (ValueError, KeyError, TypeError):
-                        if raw.strip():
-                            raise WorkloadError(f"{p}:{n}", "batch output line without a readable custom_id") from None
-                    else:
-                        self.offsets[str(cid)] = (plain, pos)
-                    pos += len(raw)
+                    except (KeyError, TypeError, IndexError):
+                        raise WorkloadError(f"{p}:{n}", "batch output line without a readable custom_id") from None
+                    self.offsets[str(cid)] = (plain, pos)
+                pos += len(raw)
 
     def _plain(self, p: Path) -> Path:
-        with open(p, "rb") as f:
-            head = f.read(4)
-        if head[:2] == b"\x1f\x8b" or head == b"\x28\xb5\x2f\xfd":
+        if compression_of(p) == "none":  # a plain file: read in place
+            return p
+        with open_binary(p, self.opts.max_decompressed_bytes) as src:
             fd, name = tempfile.mkstemp(suffix=".jsonl", prefix="specgauge-batch-")
-            with open(fd, "wb") as out, open_binary(p) as src:
-                shutil.copyfileobj(src, out)
             self._tmp.append(Path(name))
+            try:
+                with open(fd, "wb") as out:
+                    shutil.copyfileobj(src, out)
+            except (EOFError, OSError, zlib.error, zstandard.ZstdError) as e:
+                if isinstance(e, WorkloadError):
+                    raise
+                raise WorkloadError(str(p), f"compressed stream is truncated or corrupt ({e})") from None
             return Path(name)
-        return p
 
     def get(self, cid: str) -> dict[str, Any] | None:
         hit = self.offsets.get(cid)
@@ -176,11 +201,12 @@ class _BatchOutputIndex:
             return None
         with open(hit[0], "rb") as f:
             f.seek(hit[1])
-            return json.loads(f.readline())  # type: ignore[no-any-return]
+            return loads_bounded(f.readline(self.opts.max_line_bytes + 1), cid)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         for t in self._tmp:
             t.unlink(missing_ok=True)
+        self._tmp.clear()
 
 
 # ---------------------------------------------------------------- segments
@@ -227,9 +253,10 @@ def file_kinds(paths: list[Path], opts: LoadOptions) -> dict[Path, str]:
     """Each file's format (``--format`` or detected); Batch API output files are ``batch-output``."""
     if not paths:
         raise WorkloadError("workload", "no workload files given")
-    kinds = {p: (opts.format or detect_format(p, opts.max_line_bytes)) for p in paths}
+    mx = opts.max_decompressed_bytes
+    kinds = {p: (opts.format or detect_format(p, opts.max_line_bytes, mx)) for p in paths}
     if opts.format == "batch":  # an explicit 'batch' covers output files given alongside
-        kinds = {p: (detect_format(p, opts.max_line_bytes) if k == "batch" else k) for p, k in kinds.items()}
+        kinds = {p: (detect_format(p, opts.max_line_bytes, mx) if k == "batch" else k) for p, k in kinds.items()}
         kinds = {p: ("batch" if k not in ("batch", "batch-output") else k) for p, k in kinds.items()}
     outputs = [p for p, k in kinds.items() if k == "batch-output"]
     if outputs and not any(k == "batch" for k in kinds.values()):
@@ -245,7 +272,7 @@ def iter_file_items(
     caller applies those in workload order). Bad records raise or, with ``skip_invalid``, go to
     ``report`` as ``iter_workload`` does."""
     outputs = list(batch_outputs)
-    index = _BatchOutputIndex(outputs) if outputs and kind == "batch" else None
+    index = _BatchOutputIndex(outputs, options) if outputs and kind == "batch" else None
     try:
         yield from _iter_file(path, kind, options, report, index)
     finally:
@@ -262,8 +289,8 @@ def iter_workload(
     paths = [Path(p) for p in paths]
     kinds = file_kinds(paths, opts)
     outputs = [p for p, k in kinds.items() if k == "batch-output"]
-    index = _BatchOutputIndex(outputs) if outputs else None
     seg = segment_rule(opts.segment_by)
+    index = _BatchOutputIndex(outputs, opts) if outputs else None
     seen: dict[str, str] = {}
     try:
         for p in paths:
@@ -299,8 +326,8 @@ def _iter_file(
 ) -> Iterator[WorkloadItem]:
     if kind == "text":
         records = _text_records(path, opts)
-    elif kind == "sharegpt" and _first_record(path, opts.max_line_bytes)[0] == "array":
-        records = _array_records(path)
+    elif kind == "sharegpt" and _first_record(path, opts.max_line_bytes, opts.max_decompressed_bytes)[0] == "array":
+        records = _array_records(path, opts)
     else:
         records = _json_records(path, opts)
     stem = path.name
