@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import heapq
 import inspect
+import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,8 @@ from specgauge.engine.sampling import SamplingParams, logits_to_probs, make_gene
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.engine.verify import rejection_sample
 
+_log = logging.getLogger("specgauge.engine")
+
 
 class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids, duplicate id)."""
@@ -52,7 +55,7 @@ class StepOutput:
     num_accepted: int  # of which the target kept (before clipping, as vLLM counts)
     accepted: list[bool]  # per draft position
     finished: bool
-    finish_reason: str | None  # "length" | "stop" | "abort" | None
+    finish_reason: str | None  # "length" | "stop" | "abort" | "error" (failed inside the step) | None
     num_prompt_tokens: int
     num_output_tokens: int  # total so far
     spec: SpecStats | None  # this request's running statistics (None without speculation)
@@ -218,13 +221,56 @@ class Engine:
         decoding = [r for r in self._running.values() if r not in admitted]
         timing = StepTiming(num_prefill=len(admitted), num_decode=len(decoding))
         if decoding:
-            outs += self._decode(decoding, timing)
+            outs += self._contained(lambda rs: self._decode(rs, timing), decoding)
         if admitted:
             t0 = time.perf_counter()
-            outs += self._prefill(admitted)
+            outs += self._contained(self._prefill, admitted, restart=True)
             timing.prefill_s = time.perf_counter() - t0
         self.last_timing = timing
         return outs
+
+    def _contained(self, phase: Callable[[list[_Request]], list[StepOutput]], reqs: list[_Request],
+                   restart: bool = False) -> list[StepOutput]:
+        """Run one phase of the step (decode or prefill). When it raises, each request runs it alone, and
+        the ones that fail again finish with ``finish_reason="error"``: an engine failure inside one
+        request fails that request, never the engine (the others' retry re-reads the same cache slots;
+        a failed step advanced nobody). ``restart``: the drafter's ``begin`` is undone before the retry."""
+        before = {r.id: len(r.output) for r in reqs}
+        try:
+            return phase(reqs)
+        except Exception as e:
+            if len(reqs) == 1:
+                return [self._fail_request(reqs[0], e)]
+        outs: list[StepOutput] = []
+        for r in reqs:
+            if r.id not in self._running or len(r.output) != before[r.id]:  # emitted before the failure
+                outs.append(self._fail_request(r, RuntimeError("the batched step failed after this request advanced")))
+                continue
+            if restart and self.drafter is not None:
+                try:
+                    self.drafter.end(r.id, [])
+                except Exception:  # noqa: BLE001 - a drafter that kept nothing for it
+                    pass
+            try:
+                outs += phase([r])
+            except Exception as e:
+                outs.append(self._fail_request(r, e))
+        return outs
+
+    def _fail_request(self, r: _Request, e: BaseException) -> StepOutput:
+        """Finish ``r`` with ``finish_reason="error"``, its slot freed, and say so in one log line."""
+        _log.error("request %s failed inside the engine step (%s: %s); it gets an error, the engine goes on",
+                   r.id, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        if self._running.pop(r.id, None) is not None:
+            heapq.heappush(self._free, r.slot)
+            if self.drafter is not None:
+                try:
+                    self.drafter.end(r.id, r.output)
+                except Exception:  # noqa: BLE001 - the request is gone either way
+                    pass
+        with self._lock:
+            self._ids.discard(r.id)
+        return self._output(r, [], 0, 0, [], True, "error")
 
     def _finish_aborted(self, rid: str) -> list[StepOutput]:
         r = self._running.pop(rid, None)

@@ -1,6 +1,13 @@
 """OpenAI-compatible request bodies (the subset the embedded engine serves, with vLLM's extensions:
 ``top_k``, ``ignore_eos``, ``stop_token_ids``, ``return_token_ids``, ``stream_options.
-continuous_usage_stats``) and the error body. Unknown fields are ignored, as OpenAI's server does."""
+continuous_usage_stats``) and the error body. Unknown fields are ignored, as OpenAI's server does.
+
+Ranges as vLLM validates them (``vllm/entrypoints/openai/protocol.py``, ``SamplingParams._verify_args``,
+the v1 processor): ``seed`` a signed 64-bit integer (-1: none); ``temperature`` finite in [0, 2];
+``top_p`` in (0, 1]; ``top_k`` -1 or 0 (off) or 1..vocab size (the server checks the vocab);
+``max_tokens`` >= 1 (and prompt + max_tokens within the model length: the engine checks);
+``stop`` without empty strings; ``n`` 1 (the embedded engine serves one choice). Anything outside is
+a 400 with ``{"error": {"message", "type", "param", "code"}}`` naming the field."""
 
 from __future__ import annotations
 
@@ -32,10 +39,10 @@ class _Common(BaseModel):
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=100.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int | None = Field(default=None, ge=-1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
@@ -50,6 +57,13 @@ class _Common(BaseModel):
     def _one(cls, v: int) -> int:
         if v != 1:
             raise ValueError("only n=1 is supported")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if v == "" or (isinstance(v, list) and any(not s for s in v)):
+            raise ValueError("stop cannot contain an empty string")
         return v
 
     def stop_list(self) -> list[str]:
@@ -70,11 +84,20 @@ class CompletionRequest(_Common):
         return v
 
 
+class ContentPart(BaseModel):
+    """One part of a message's content list; only text parts reach the template."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: str
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
 
 
 class ChatCompletionRequest(_Common):
@@ -95,7 +118,7 @@ class ChatCompletionRequest(_Common):
         out = []
         for m in self.messages:
             d = m.model_dump(exclude_none=True)
-            if isinstance(d.get("content"), list):  # [{"type": "text", "text": ...}, ...] -> text
-                d["content"] = "".join(p.get("text", "") for p in d["content"] if p.get("type") == "text")
+            if isinstance(m.content, list):  # [{"type": "text", "text": ...}, ...] -> text
+                d["content"] = "".join(p.text or "" for p in m.content if p.type == "text")
             out.append(d)
         return out

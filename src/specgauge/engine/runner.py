@@ -6,6 +6,7 @@ feeds the Prometheus metrics, so the counters and the per-request statistics com
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -14,6 +15,10 @@ from typing import Any
 from specgauge.engine.core import Engine, StepOutput
 from specgauge.engine.metrics import EngineMetrics
 from specgauge.engine.sampling import SamplingParams
+
+_log = logging.getLogger("specgauge.engine")
+#: steps in a row that raise outside the engine's per-request containment before the loop gives up
+MAX_STEP_FAILURES = 8
 
 
 @dataclass
@@ -81,12 +86,27 @@ class EngineRunner:
         self._wake.set()
 
     def _run(self) -> None:
+        """The step loop. A request that fails inside a step is failed by the engine (``finish_reason
+        "error"``); a step that raises outside that containment fails the requests in flight and the loop
+        goes on. Only ``MAX_STEP_FAILURES`` such steps in a row stop it (then ``/health`` says 503)."""
+        failures = 0
         try:
             while not self._stop.is_set():
                 self._wake.wait(timeout=0.1)
                 self._wake.clear()
                 while self.engine.has_unfinished() and not self._stop.is_set():
-                    outs = self.engine.step()
+                    try:
+                        outs = self.engine.step()
+                    except Exception as e:
+                        failures += 1
+                        if failures >= MAX_STEP_FAILURES:
+                            raise
+                        _log.error("engine step failed (%s: %s); the requests in flight get an error", type(e).__name__, e)
+                        for rid in list(self._tracks):
+                            self.engine.abort(rid)
+                            self._fail(rid)
+                        continue
+                    failures = 0
                     now = time.monotonic()
                     for o in outs:
                         self._dispatch(o, now)

@@ -16,10 +16,10 @@ class SamplingParams(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_tokens: int = Field(default=16, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)  # 0 (or -1 at the API) = no top-k
-    seed: int | None = None
+    temperature: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int = Field(default=0, ge=0, le=2**31 - 1)  # 0 (or -1 at the API) = no top-k; the server caps it at the vocab
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)  # what torch.Generator.manual_seed takes
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 

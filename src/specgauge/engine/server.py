@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,6 +30,10 @@ from specgauge.engine.metrics import EngineMetrics
 from specgauge.engine.protocol import ApiError, ChatCompletionRequest, CompletionRequest
 from specgauge.engine.runner import Event, EngineRunner
 from specgauge.engine.sampling import SamplingParams
+
+_log = logging.getLogger("specgauge.engine")
+#: vLLM's limits on temperature: below _SAMPLING_EPS greedy, below _MAX_TEMP raised to it (numerical safety)
+_SAMPLING_EPS, _MAX_TEMP = 1e-5, 1e-2
 
 
 @dataclass
@@ -76,6 +81,35 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+class ErrorShield:
+    """Outermost pure ASGI middleware: an exception no handler turned into an answer becomes a 500 with
+    the JSON error body (never a plain-text 500 or a traceback in the log: one line naming the path)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception as e:  # the request's failure, not the server's
+            _log.error("%s %s failed: %s: %s", scope.get("method"), scope.get("path"), type(e).__name__,
+                       str(e).splitlines()[0] if str(e) else "")
+            if not started:
+                err = ApiError(500, f"internal error while serving this request ({type(e).__name__})")
+                await JSONResponse(err.body(), status_code=500)(scope, receive, send)
+
+
 def create_app(engine: Engine, tokenizer: Any, settings: ServerSettings) -> FastAPI:
     metrics = EngineMetrics(settings.model_name, engine.k)
     metrics.set_memory(engine.memory_bytes())
@@ -96,6 +130,7 @@ def create_app(engine: Engine, tokenizer: Any, settings: ServerSettings) -> Fast
 
     if settings.api_key:
         app.add_middleware(BearerAuth, api_key=settings.api_key)
+    app.add_middleware(ErrorShield)  # added last: the outermost layer
 
     @app.get("/health")
     async def health() -> Response:
@@ -119,9 +154,13 @@ def create_app(engine: Engine, tokenizer: Any, settings: ServerSettings) -> Fast
         size = request.headers.get("content-length")
         if size is not None and size.isdigit() and int(size) > settings.max_request_bytes:
             raise ApiError(413, f"request body of {size} bytes exceeds the limit of {settings.max_request_bytes}")
-        body = await request.body()
-        if len(body) > settings.max_request_bytes:
-            raise ApiError(413, f"request body exceeds the limit of {settings.max_request_bytes} bytes")
+        parts, n = [], 0
+        async for part in request.stream():  # counted as it arrives: a chunked body cannot grow past the limit
+            n += len(part)
+            if n > settings.max_request_bytes:
+                raise ApiError(413, f"request body exceeds the limit of {settings.max_request_bytes} bytes")
+            parts.append(part)
+        body = b"".join(parts)
         try:
             req = model.model_validate_json(body)
         except ValidationError as e:
@@ -133,10 +172,18 @@ def create_app(engine: Engine, tokenizer: Any, settings: ServerSettings) -> Fast
 
     def job(prefix: str, req: CompletionRequest | ChatCompletionRequest, prompt_ids: list[int], max_tokens: int) -> _Job:
         top_k = req.top_k if req.top_k and req.top_k > 0 else 0
+        vocab = engine.args.vocab_size
+        if top_k > vocab:  # vLLM's v1 processor refuses it the same way
+            raise ApiError(400, f"top_k cannot be greater than vocabulary size ({vocab}), but got {top_k}", "top_k")
+        temperature = 1.0 if req.temperature is None else req.temperature
+        if temperature < _SAMPLING_EPS:
+            temperature = 0.0
+        elif temperature < _MAX_TEMP:
+            temperature = _MAX_TEMP
         try:
             params = SamplingParams(
-                max_tokens=max_tokens, temperature=1.0 if req.temperature is None else req.temperature,
-                top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, seed=req.seed,
+                max_tokens=max_tokens, temperature=temperature,
+                top_p=1.0 if req.top_p is None else req.top_p, top_k=top_k, seed=None if req.seed == -1 else req.seed,
                 stop_token_ids=tuple(req.stop_token_ids or ()), ignore_eos=req.ignore_eos,
             )
         except ValidationError as e:
