@@ -47,7 +47,7 @@ WorkloadArg = Annotated[
     typer.Argument(help="Workload file(s): OpenAI JSONL, Batch API input+output, ShareGPT, vllm custom, text. "
                    "gzip/zstd fine. Default: the built-in sample workload."),
 ]
-FormatOpt = Annotated[str | None, typer.Option("--format", help="Override format detection: openai, batch, sharegpt, vllm-custom, text.")]
+FormatOpt = Annotated[str | None, typer.Option("--format", help="Override format detection: openai, batch, sharegpt, vllm-custom, text; trace importers: otlp, langfuse, litellm, vllm-log.")]
 SegmentOpt = Annotated[str | None, typer.Option("--segment-by", help="Field path (e.g. metadata.team) or 're:REGEX' over the system prompt.")]
 SkipOpt = Annotated[bool, typer.Option("--skip-invalid", help="Skip malformed requests (counted) instead of stopping.")]
 TokOpt = Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer directory, or tiktoken:NAME. Default: the shipped model's tokenizer when present, else an approximation.")]

@@ -20,6 +20,7 @@ import zstandard
 from pydantic import BaseModel, Field
 
 from specgauge.workload import formats as F
+from specgauge.workload import importers
 from specgauge.workload.reader import (
     DEFAULT_MAX_LINE_BYTES,
     WorkloadError,
@@ -31,8 +32,9 @@ from specgauge.workload.reader import (
 )
 from specgauge.workload.schema import Request, WorkloadItem
 
-Format = Literal["openai", "batch", "sharegpt", "vllm-custom", "text"]
-FORMATS: tuple[str, ...] = ("openai", "batch", "sharegpt", "vllm-custom", "text")
+Format = Literal["openai", "batch", "sharegpt", "vllm-custom", "text", "otlp", "langfuse", "litellm", "vllm-log"]
+#: the last four are trace importers (``specgauge.workload.importers``)
+FORMATS: tuple[str, ...] = ("openai", "batch", "sharegpt", "vllm-custom", "text", *importers.IMPORTERS)
 
 
 class LoadOptions(BaseModel):
@@ -90,6 +92,9 @@ def _first_record(path: Path, max_line_bytes: int, max_decompressed_bytes: int |
 
 def detect_format(path: Path, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, max_decompressed_bytes: int | None = None) -> str:
     """Guess a file's format from its first record. Returns a FORMATS name or 'batch-output'."""
+    imported = importers.sniff(path, max_line_bytes, max_decompressed_bytes)
+    if imported is not None:
+        return imported
     kind, obj = _first_record(path, max_line_bytes, max_decompressed_bytes)
     if kind == "empty":
         raise WorkloadError(str(path), "empty workload (no requests)")
@@ -324,7 +329,9 @@ def iter_workload(
 def _iter_file(
     path: Path, kind: str, opts: LoadOptions, rep: LoadReport, index: _BatchOutputIndex | None
 ) -> Iterator[WorkloadItem]:
-    if kind == "text":
+    if kind in importers.IMPORTERS:
+        records: Iterator[tuple[str, Any]] = importers.records(kind, path, opts.max_line_bytes, opts.max_decompressed_bytes)
+    elif kind == "text":
         records = _text_records(path, opts)
     elif kind == "sharegpt" and _first_record(path, opts.max_line_bytes, opts.max_decompressed_bytes)[0] == "array":
         records = _array_records(path, opts)
@@ -336,7 +343,7 @@ def _iter_file(
         try:
             if isinstance(rec, WorkloadError):
                 raise rec
-            item = _convert(kind, rec, default_id, index)
+            item = rec if isinstance(rec, WorkloadItem) else _convert(kind, rec, default_id, index)
         except F.FieldError as e:
             err = WorkloadError(where, e.message, e.field)
         except WorkloadError as e:

@@ -1,0 +1,91 @@
+"""LiteLLM request logs: the ``StandardLoggingPayload`` its callbacks write (custom loggers, GCS /
+S3 / Pub/Sub buckets: ``messages`` and ``response`` as JSON) and rows of the proxy's spend logs
+(``LiteLLM_SpendLogs``: ``messages``, ``response`` and ``proxy_server_request`` as JSON text).
+
+Spend logs hold prompts only when the proxy was told to keep them (``store_prompts_in_spend_logs``);
+a row without one is an error saying so. Keys, key hashes, IPs and the proxy's metadata are never
+carried over: only the model call itself is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from specgauge.workload.formats import FieldError, _jtype
+from specgauge.workload.importers.common import build_item, json_text, otel_messages
+from specgauge.workload.importers.docs import documents
+from specgauge.workload.importers.langfuse import _output
+from specgauge.workload.reader import WorkloadError
+from specgauge.workload.schema import WorkloadItem
+
+MODEL_CALLS = {"completion", "acompletion", "text_completion", "atext_completion", "chat_completion"}
+_PARAMS = ("temperature", "top_p", "top_k", "seed", "stop", "max_tokens", "max_completion_tokens",
+           "frequency_penalty", "presence_penalty")
+
+
+def item_from_payload(obj: dict[str, Any], default_id: str) -> WorkloadItem:
+    call = str(obj.get("call_type", ""))
+    text_completion = "text_completion" in call
+    body = json_text(obj.get("proxy_server_request"), "proxy_server_request")
+    body = body if isinstance(body, dict) else {}
+    messages = json_text(obj.get("messages"), "messages")
+    msgs: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    if isinstance(messages, str) and messages:
+        if text_completion:
+            prompt = messages
+        else:
+            msgs = [{"role": "user", "content": messages}]
+    elif isinstance(messages, list) and messages:
+        msgs = otel_messages(messages, "messages")
+    elif isinstance(body.get("messages"), list) and body["messages"]:
+        msgs = otel_messages(body["messages"], "proxy_server_request.messages")
+    elif isinstance(body.get("prompt"), str) and body["prompt"]:
+        prompt = body["prompt"]
+    if msgs is None and prompt is None:
+        raise FieldError("messages", "no prompt stored (LiteLLM keeps prompts in spend logs only with "
+                                     "general_settings.store_prompts_in_spend_logs: true)")
+    params: dict[str, Any] = {}
+    mp = json_text(obj.get("model_parameters"), "model_parameters")
+    for src in (body, mp if isinstance(mp, dict) else {}):
+        params.update({k: src[k] for k in _PARAMS if src.get(k) is not None})
+    text, calls = (None, None)
+    if obj.get("status", "success") == "success":
+        resp = json_text(obj.get("response"), "response")
+        if resp not in (None, {}, ""):
+            text, calls = _output(resp, "response")
+    meta = {k: v for k, v in (("request_id", obj.get("request_id", obj.get("id"))), ("call_type", call or None),
+                              ("status", obj.get("status")), ("model_group", obj.get("model_group") or None),
+                              ("provider", obj.get("custom_llm_provider")), ("start_time", obj.get("startTime")),
+                              ("completion_start_time", obj.get("completionStartTime"))) if v is not None}
+    model = body.get("model") or obj.get("model_group") or obj.get("model")
+    resp_model = obj.get("model") if isinstance(obj.get("model"), str) else None
+    return build_item(item_id=str(obj.get("request_id") or obj.get("id") or default_id), messages=msgs,
+                      prompt=prompt, params=params, model=model if isinstance(model, str) else None,
+                      output_text=text, output_tool_calls=calls, input_tokens=obj.get("prompt_tokens"),
+                      output_tokens=obj.get("completion_tokens"), response_model=resp_model, metadata=meta,
+                      where_prompt="messages")
+
+
+def records(path: Path, max_line_bytes: int,
+            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+    stem = path.name
+    for where, doc in documents(path, max_line_bytes, {}, max_decompressed_bytes):
+        if isinstance(doc, WorkloadError):
+            yield where, doc
+            continue
+        if not isinstance(doc, dict):
+            yield where, WorkloadError(where, f"expected a LiteLLM log object, got {_jtype(doc)}")
+            continue
+        if str(doc.get("call_type", "")) not in MODEL_CALLS:
+            continue  # embeddings, image, moderation and pass-through calls are not completions
+        try:
+            yield where, item_from_payload(doc, f"{stem}:{where.rsplit(':', 1)[-1]}")
+        except FieldError as e:
+            yield where, WorkloadError(where, e.message, e.field)
+
+
+def looks_like(obj: Any) -> bool:
+    return isinstance(obj, dict) and "call_type" in obj and ("messages" in obj or "response" in obj)

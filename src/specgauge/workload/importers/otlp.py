@@ -1,0 +1,262 @@
+"""OpenTelemetry GenAI traffic from OTLP JSON exports: spans (``resourceSpans``) and log records /
+events (``resourceLogs``), as the collector's file exporter writes them (one export request per line)
+or as one pretty-printed document.
+
+What counts as a model call, and where its content sits (semantic conventions for GenAI, current and
+the indexed form OpenLLMetry wrote before it):
+- a span (or a ``gen_ai.client.inference.operation.details`` event / log record) whose
+  ``gen_ai.operation.name`` is ``chat``, ``text_completion`` or ``generate_content``, or that carries
+  prompt content with no operation named;
+- prompt: ``gen_ai.system_instructions`` + ``gen_ai.input.messages`` (JSON string on spans,
+  structured on events), else ``gen_ai.prompt.N.role/content``; output: ``gen_ai.output.messages``
+  (the first choice), else ``gen_ai.completion.0.*``;
+- model ``gen_ai.request.model`` (``gen_ai.response.model`` beside it), sampling
+  ``gen_ai.request.{temperature,top_p,top_k,seed,max_tokens,stop_sequences,...}``, tokens
+  ``gen_ai.usage.input_tokens/output_tokens`` (or the older ``prompt_tokens/completion_tokens``).
+Other spans (embeddings, tools, agents, HTTP) are not requests and are passed over. A model-call span
+without content (capture is off by default) is an error naming it. No format carries token ids, so
+``simulate`` re-tokenises the text and labels it approximate; token counts from ``usage`` are exact.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from specgauge.workload.formats import FieldError, _jtype
+from specgauge.workload.importers.common import build_item, json_text, otel_message, otel_messages, system_instructions
+from specgauge.workload.importers.docs import documents
+from specgauge.workload.reader import WorkloadError
+from specgauge.workload.schema import WorkloadItem
+
+LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+_PARAMS = {
+    "gen_ai.request.temperature": "temperature", "gen_ai.request.top_p": "top_p", "gen_ai.request.top_k": "top_k",
+    "gen_ai.request.seed": "seed", "gen_ai.request.max_tokens": "max_tokens", "gen_ai.request.stop_sequences": "stop",
+    "gen_ai.request.frequency_penalty": "frequency_penalty", "gen_ai.request.presence_penalty": "presence_penalty",
+    "gen_ai.request.choice.count": "n",
+}
+_CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt.0.content", "gen_ai.prompt.0.role", "gen_ai.prompt")
+
+
+def any_value(v: Any, field: str) -> Any:
+    """An OTLP JSON ``AnyValue`` as a Python value (int64 arrives as a string, bytes as base64)."""
+    if not isinstance(v, dict):
+        raise FieldError(field, f"expected an AnyValue object, got {_jtype(v)}")
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        try:
+            return int(v["intValue"])
+        except (TypeError, ValueError):
+            raise FieldError(field, f"intValue {v['intValue']!r} is not an integer") from None
+    if "doubleValue" in v:
+        return float(v["doubleValue"]) if v["doubleValue"] is not None else None
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "arrayValue" in v:
+        vals = (v["arrayValue"] or {}).get("values") or []
+        return [any_value(x, f"{field}.{i}") for i, x in enumerate(vals)]
+    if "kvlistValue" in v:
+        return attributes((v["kvlistValue"] or {}).get("values") or [], field)
+    if "bytesValue" in v:
+        return base64.b64decode(v["bytesValue"] or "")
+    return None
+
+
+def attributes(kvs: Any, field: str) -> dict[str, Any]:
+    if not isinstance(kvs, list):
+        raise FieldError(field, f"expected an array of key/value pairs, got {_jtype(kvs)}")
+    out: dict[str, Any] = {}
+    for i, kv in enumerate(kvs):
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
+            raise FieldError(f"{field}.{i}", "expected {\"key\": ..., \"value\": ...}")
+        out[kv["key"]] = any_value(kv.get("value", {}), f"{field}.{kv['key']}")
+    return out
+
+
+def _indexed(attrs: dict[str, Any], base: str) -> list[dict[str, Any]]:
+    """``base.N.field`` attributes (OpenLLMetry's indexed form) as a list of dicts, in index order."""
+    rows: dict[int, dict[str, Any]] = {}
+    for k, v in attrs.items():
+        if not k.startswith(base + "."):
+            continue
+        idx, _, rest = k[len(base) + 1:].partition(".")
+        if idx.isdigit() and rest:
+            rows.setdefault(int(idx), {})[rest] = v
+    return [rows[i] for i in sorted(rows)]
+
+
+def _legacy_tool_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = _indexed(row, "tool_calls")
+    return [{"id": str(c.get("id") or f"call_{i}"), "type": "function",
+             "function": {"name": str(c.get("name", "")), "arguments": str(c.get("arguments", ""))}}
+            for i, c in enumerate(calls)]
+
+
+def _prompt(attrs: dict[str, Any], field: str) -> list[dict[str, Any]]:
+    msgs: list[dict[str, Any]] = []
+    if attrs.get("gen_ai.system_instructions") is not None:
+        msgs += system_instructions(attrs["gen_ai.system_instructions"], f"{field}gen_ai.system_instructions")
+    if attrs.get("gen_ai.input.messages") is not None:
+        return msgs + otel_messages(attrs["gen_ai.input.messages"], f"{field}gen_ai.input.messages")
+    for i, row in enumerate(_indexed(attrs, "gen_ai.prompt")):
+        m = otel_message({"role": row.get("role", "user"), "content": row.get("content", "")},
+                         f"{field}gen_ai.prompt.{i}")
+        if row.get("tool_call_id") is not None:
+            m["tool_call_id"] = str(row["tool_call_id"])
+        msgs.append(m)
+    return msgs
+
+
+def _output(attrs: dict[str, Any], field: str) -> tuple[str | None, list[dict[str, Any]], str | None]:
+    """(text, tool_calls, finish_reason) of the first choice; text None when no output was logged."""
+    reasons = attrs.get("gen_ai.response.finish_reasons")
+    reason = reasons[0] if isinstance(reasons, list) and reasons else reasons if isinstance(reasons, str) else None
+    if attrs.get("gen_ai.output.messages") is not None:
+        raw = json_text(attrs["gen_ai.output.messages"], f"{field}gen_ai.output.messages")
+        outs = otel_messages(raw, f"{field}gen_ai.output.messages")
+        if not outs:
+            return None, [], reason
+        fr = raw[0].get("finish_reason") if isinstance(raw, list) and isinstance(raw[0], dict) else None
+        return outs[0].get("content") or "", outs[0].get("tool_calls") or [], fr or reason
+    rows = _indexed(attrs, "gen_ai.completion")
+    if not rows:
+        return None, [], reason
+    row = rows[0]
+    content = row.get("content", "")
+    return (content if isinstance(content, str) else str(content)), _legacy_tool_calls(row), row.get("finish_reason") or reason
+
+
+def is_model_call(attrs: dict[str, Any]) -> bool:
+    op = attrs.get("gen_ai.operation.name", attrs.get("llm.request.type"))
+    if op is not None:
+        return str(op) in LLM_OPERATIONS
+    return any(k in attrs for k in _CONTENT_KEYS) or any(k.startswith("gen_ai.prompt.") for k in attrs)
+
+
+def item_from_attributes(attrs: dict[str, Any], item_id: str, meta: dict[str, Any], field: str = "") -> WorkloadItem:
+    """One model call's attributes (span, its details event, or a log record merged) as a workload item."""
+    params = {name: attrs[k] for k, name in _PARAMS.items() if attrs.get(k) is not None}
+    if isinstance(params.get("stop"), str):
+        params["stop"] = [params["stop"]]
+    op = str(attrs.get("gen_ai.operation.name", attrs.get("llm.request.type", "chat")))
+    msgs = _prompt(attrs, field)
+    prompt: str | None = None
+    if op in ("text_completion", "completion") and msgs:
+        prompt, msgs = "\n".join(m.get("content") or "" for m in msgs), []
+    if not msgs and prompt is None:
+        raise FieldError(f"{field}gen_ai.input.messages", "a model call without its prompt: the instrumentation did not "
+                         "capture content (OpenTelemetry's OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, "
+                         "OpenLLMetry's TRACELOOP_TRACE_CONTENT=true)")
+    text, calls, reason = _output(attrs, field)
+    it = attrs.get("gen_ai.usage.input_tokens", attrs.get("gen_ai.usage.prompt_tokens"))
+    ot = attrs.get("gen_ai.usage.output_tokens", attrs.get("gen_ai.usage.completion_tokens"))
+    meta = {**meta, **{k: v for k, v in (("provider", attrs.get("gen_ai.provider.name", attrs.get("gen_ai.system"))),
+                                         ("operation", op),
+                                         ("conversation_id", attrs.get("gen_ai.conversation.id")),
+                                         ("response_id", attrs.get("gen_ai.response.id"))) if v is not None}}
+    return build_item(item_id=item_id, messages=msgs or None, prompt=prompt, params=params,
+                      model=attrs.get("gen_ai.request.model"), output_text=text, output_tool_calls=calls,
+                      finish_reason=reason, input_tokens=it, output_tokens=ot,
+                      response_model=attrs.get("gen_ai.response.model"), metadata=meta,
+                      where_prompt=f"{field}gen_ai.input.messages")
+
+
+def _spans(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(label, resource attributes, span) per span of one ExportTraceServiceRequest (or one of its
+    resourceSpans items)."""
+    blocks = doc["resourceSpans"] if "resourceSpans" in doc else [doc]
+    if not isinstance(blocks, list):
+        raise FieldError("resourceSpans", f"expected an array, got {_jtype(blocks)}")
+    for r, rs in enumerate(blocks):
+        if not isinstance(rs, dict):
+            raise FieldError(f"resourceSpans.{r}", f"expected an object, got {_jtype(rs)}")
+        res = attributes((rs.get("resource") or {}).get("attributes") or [], f"resourceSpans.{r}.resource.attributes")
+        scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans")) or []
+        for s, ss in enumerate(scopes):
+            for i, span in enumerate((ss or {}).get("spans") or []):
+                if not isinstance(span, dict):
+                    raise FieldError(f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}", f"expected an object, got {_jtype(span)}")
+                yield f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}", res, span
+
+
+def _log_records(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    blocks = doc["resourceLogs"] if "resourceLogs" in doc else [doc]
+    if not isinstance(blocks, list):
+        raise FieldError("resourceLogs", f"expected an array, got {_jtype(blocks)}")
+    for r, rl in enumerate(blocks):
+        res = attributes(((rl or {}).get("resource") or {}).get("attributes") or [], f"resourceLogs.{r}.resource.attributes")
+        for s, sl in enumerate((rl or {}).get("scopeLogs", (rl or {}).get("instrumentationLibraryLogs")) or []):
+            for i, rec in enumerate((sl or {}).get("logRecords") or []):
+                if isinstance(rec, dict):
+                    yield f"resourceLogs.{r}.scopeLogs.{s}.logRecords.{i}", res, rec
+
+
+def _doc_items(doc: Any, stem: str, where: str) -> Iterator[WorkloadItem | FieldError]:
+    if not isinstance(doc, dict):
+        yield FieldError(None, f"expected an OTLP JSON object, got {_jtype(doc)}")
+        return
+    logs = "resourceLogs" in doc or "scopeLogs" in doc
+    try:
+        records = list(_log_records(doc) if logs else _spans(doc))
+    except FieldError as e:
+        yield e
+        return
+    for label, res, rec in records:
+        field = f"{label}."
+        try:
+            attrs = attributes(rec.get("attributes") or [], f"{label}.attributes")
+            if logs:
+                name = rec.get("eventName") or attrs.get("event.name")
+                if name != DETAILS_EVENT:
+                    continue
+            else:
+                for j, ev in enumerate(rec.get("events") or []):
+                    if isinstance(ev, dict) and ev.get("name") == DETAILS_EVENT:
+                        attrs = {**attrs, **attributes(ev.get("attributes") or [], f"{label}.events.{j}.attributes")}
+            if not is_model_call(attrs):
+                continue
+            tid, sid = rec.get("traceId") or "", rec.get("spanId") or ""
+            item_id = f"{tid}:{sid}" if tid and sid else f"{stem}:{where.rsplit(':', 1)[-1]}:{label}"
+            meta = {k: v for k, v in (("trace_id", tid or None), ("span_id", sid or None),
+                                      ("span_name", rec.get("name")), ("service", res.get("service.name")),
+                                      ("start_time_unix_nano", _nano(rec.get("startTimeUnixNano", rec.get("timeUnixNano")))))
+                    if v is not None}
+            yield item_from_attributes(attrs, item_id, meta, field)
+        except FieldError as e:
+            yield e
+
+
+def _nano(v: Any) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def records(path: Path, max_line_bytes: int,
+            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+    """Every model call of an OTLP JSON export, in file order."""
+    stem = path.name
+    arrays = {"resourceSpans": "resourceSpans", "resourceLogs": "resourceLogs"}
+    for where, doc in documents(path, max_line_bytes, arrays, max_decompressed_bytes):
+        if isinstance(doc, WorkloadError):
+            yield where, doc
+            continue
+        if where.rsplit(":", 1)[-1].startswith("resourceLogs"):
+            doc = {"resourceLogs": [doc]}
+        elif where.rsplit(":", 1)[-1].startswith("resourceSpans"):
+            doc = {"resourceSpans": [doc]}
+        for got in _doc_items(doc, stem, where):
+            if isinstance(got, FieldError):
+                yield where, WorkloadError(where, got.message, got.field)
+            else:
+                yield where, got
+
+
+def looks_like(obj: Any) -> bool:
+    return isinstance(obj, dict) and ("resourceSpans" in obj or "resourceLogs" in obj)
