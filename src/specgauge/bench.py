@@ -36,9 +36,10 @@ from specgauge.paths import portable_path, public_url
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
 from specgauge.report.bench_console import format_summary  # noqa: F401  (the CLI and tests import it from here)
 from specgauge.stats.latency import parse_goodput
-from specgauge.stats.replay_check import check_bench_run
+from specgauge.stats.replay_check import WARMUP_KEYS, check_bench_run
 from specgauge.stats.server_memory import parse_vllm_log
 from specgauge.stats.summary import counter_total, summarize
+from specgauge.workload.plan import plan_cycle
 from specgauge.workload.schema import Request
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -158,13 +159,7 @@ def plan_requests(items: Sequence[Request], num_prompts: int | None) -> list[Req
     """The first ``num_prompts`` requests, cycling (ids suffixed ``~rN``) when more are asked."""
     if not items:
         raise BenchError("the workload has no requests")
-    n = num_prompts or len(items)
-    out: list[Request] = []
-    for i in range(n):
-        r, base = divmod(i, len(items))
-        req = items[base]
-        out.append(req if r == 0 else req.model_copy(update={"id": f"{req.id}~r{r}"}))
-    return out
+    return plan_cycle(items, num_prompts, lambda req, rid: req.model_copy(update={"id": rid}), lambda req: req.id)
 
 
 def arrival_process(cfg: BenchConfig, reqs: Sequence[Request]) -> A.Arrivals:
@@ -292,6 +287,9 @@ async def _session_run(
         if cfg.warmup:
             warm = Runner(settings, dialect, session)
             wrecs = await warm.run([(i, reqs[i % len(reqs)].model_copy(update={"id": f"warmup-{i}"}), 0.0) for i in range(cfg.warmup)])
+            # what a stateful drafter (suffix) learned before the run: the replay check feeds it first
+            run.warmups = [{"id": r.id, "ok": r.ok, **{k: v for k, v in (r.extra or {}).items() if k in WARMUP_KEYS}}
+                           for r in wrecs]
             bad = [r for r in wrecs if not r.ok]
             if bad:
                 run.warnings.append(f"{len(bad)} of {cfg.warmup} warm-up requests failed: {bad[0].error}")
@@ -471,6 +469,6 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
     records = results.existing()
     summary = summarize(records, sessions, run, cfg.public(), percentiles, selected, goodput)
     summary["specgauge"]["replay_check"] = check_bench_run(  # does the server accept what its outputs allow?
-        records, cfg.speculative_config, run.server, counter_total(sessions)[0]).model_dump(mode="json")
+        records, cfg.speculative_config, run.server, counter_total(sessions)[0], run.warmups).model_dump(mode="json")
     _write_json(out / "summary.json", summary)
     return BenchResult(summary, out)

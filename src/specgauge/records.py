@@ -182,6 +182,9 @@ class RunRecord(BaseModel):
     sessions: list[dict[str, Any]] = Field(default_factory=list)
     resumed_from: int = 0  #: records already present when this run (re)started
     warnings: list[str] = Field(default_factory=list)
+    #: the warm-up requests (sent first, not in the results): id, ok and their token ids / per-request
+    #: counters, which a stateful drafter's cache learned before the run (``stats.replay_check``)
+    warmups: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ResultsFile:

@@ -118,6 +118,9 @@ class Engine:
         self._ids: set[str] = set()
         self._lock = threading.Lock()
         self.last_timing = StepTiming()
+        #: steps taken and requests admitted so far: each request's (prefill step, admission number) fixes the
+        #: order of every drafter call across requests, which a stateful drafter's replay needs (suffix)
+        self.steps_taken = self.admitted = 0
 
     def _build_drafter(self, dtype: str | torch.dtype) -> Drafter:
         assert self.spec is not None
@@ -127,6 +130,7 @@ class Engine:
         options.update(
             max_batch=self.max_batch, max_model_len=self.max_model_len, dtype=dtype,
             target_vocab_size=self.args.vocab_size, config=self.spec, speculative_config=self.spec,
+            target_model=self.model,  # hidden-state heads share the target's embeddings
         )
         from specgauge.drafters.base import _REGISTRY, _load_plugins
 
@@ -213,9 +217,13 @@ class Engine:
         for rid in aborts:
             outs += self._finish_aborted(rid)
         admitted: list[_Request] = []
+        step_no, self.steps_taken = self.steps_taken, self.steps_taken + 1
         while self._waiting and self._free:
             r = self._waiting.popleft()
             r.slot = heapq.heappop(self._free)
+            if r.stats is not None:
+                r.stats.schedule = (step_no, self.admitted)
+            self.admitted += 1
             self._running[r.id] = r
             admitted.append(r)
         decoding = [r for r in self._running.values() if r not in admitted]
@@ -297,8 +305,10 @@ class Engine:
             for r in reqs:
                 self.drafter.begin(r.id, r.prompt)
         last = torch.tensor(lens).cumsum(0) - 1
-        logits = self.model.forward_flat(tokens, [r.slot for r in reqs], [0] * len(reqs), lens, self.cache,
-                                         logits_at=last)  # [B, V]
+        logits, hidden = self._target_forward(tokens, [r.slot for r in reqs], [0] * len(reqs), lens, last)  # [B, V]
+        if hidden is not None:  # a hidden-state drafter reads every prompt position's hidden state
+            for r, h in zip(reqs, hidden.split(lens), strict=True):
+                self.drafter.observe_hidden(r.id, h)  # type: ignore[union-attr]
         for r in reqs:
             r.cached = len(r.prompt)
         no_drafts: list[list[int]] = [[] for _ in reqs]
@@ -316,12 +326,15 @@ class Engine:
             K1 = 1 + max(len(d) for d in drafts)
             lens = [K1] * len(reqs)
             flat = [t for r, d in zip(reqs, drafts, strict=True) for t in (r.output[-1], *d, *[0] * (K1 - 1 - len(d)))]
-        logits = self.model.forward_flat(torch.tensor(flat), [r.slot for r in reqs], [r.cached for r in reqs], lens,
-                                         self.cache)  # [N, V]
+        logits, hidden = self._target_forward(torch.tensor(flat), [r.slot for r in reqs], [r.cached for r in reqs],
+                                              lens, None)  # [N, V]
         first = [0] * len(reqs)  # flat index of each request's first row
         for i in range(1, len(reqs)):
             first[i] = first[i - 1] + lens[i - 1]
         toks, n_acc = self._verify(reqs, drafts, logits, first)
+        if hidden is not None:  # the verified positions only: last token + accepted drafts (rejected ones never reach the head)
+            for i, r in enumerate(reqs):
+                self.drafter.observe_hidden(r.id, hidden[first[i] : first[i] + 1 + n_acc[i]])  # type: ignore[union-attr]
         timing.verify_tokens = len(flat)
         timing.draft_s, timing.verify_s = t1 - t0, time.perf_counter() - t1
         outs = []
@@ -331,6 +344,15 @@ class Engine:
                 r.stats.observe(len(d), n_acc[i])
             outs.append(self._emit(r, toks[i], len(d), n_acc[i]))
         return outs
+
+    def _target_forward(
+        self, tokens: Tensor, slots: list[int], starts: list[int], lens: list[int], logits_at: Tensor | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """The target forward; with a hidden-state drafter (``hidden_layers``) also the hidden states it reads."""
+        layers = getattr(self.drafter, "hidden_layers", None)
+        if layers is None:
+            return self.model.forward_flat(tokens, slots, starts, lens, self.cache, logits_at=logits_at), None
+        return self.model.forward_flat_hidden(tokens, slots, starts, lens, self.cache, layers, logits_at=logits_at)
 
     def _propose(self, reqs: list[_Request]) -> list[list[int]]:
         if self.drafter is None:

@@ -22,6 +22,9 @@ class SpecStats:
     acceptance_histogram: list[int] = field(default_factory=list)  # [k+1]: drafts with n accepted tokens
     per_step_drafted: list[int] = field(default_factory=list)
     per_step_accepted: list[int] = field(default_factory=list)
+    #: (engine step of the prefill, admission number) set by the engine; a decode step follows every step
+    #: after the prefill until the request ends, so with ``detailed`` this fixes the drafter's call order
+    schedule: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.accepted_per_pos:
@@ -67,4 +70,6 @@ class SpecStats:
         if detailed:
             out["per_step_accepted"] = list(self.per_step_accepted)
             out["per_step_drafted"] = list(self.per_step_drafted)
+            if self.schedule is not None:  # specgauge's own keys (vLLM has none): the replay's call order
+                out["specgauge_prefill_step"], out["specgauge_admitted"] = self.schedule
         return out

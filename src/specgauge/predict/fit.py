@@ -20,6 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specgauge import __version__
+from specgauge.predict.fit_knee import extend
 from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params, is_model_method, method_kind
 from specgauge.predict.observe import Rows, RunData, build_rows, load_run, replay_check
 from specgauge.predict.profile import MeasuredRange, StepCostProfile
@@ -119,8 +120,12 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
     that did not repeat, because other drafts drew other random numbers) is the wrong server state.
     Ties (a cache that stopped learning after two runs replays the same after three) go to the count
     the runs' send times give, which is exact when one server served every run of the config."""
-    from specgauge.predict.replay import STATELESS, prior_requests
+    from specgauge.drafters.base import is_stateful
+    from specgauge.predict.replay import prior_requests
 
+    live = _engine_order_traces(replay, rd, runs)
+    if live is not None:
+        return live
     cfg = rd.run.get("config") or {}
     warm = int(cfg.get("warmup") or 0)
     n = len(replay.requests)
@@ -129,7 +134,7 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
     chrono = sum(1 for r in runs if r.cell.label == rd.cell.label and _first_send(r) < mine)
     best: tuple[dict[str, Any], dict[str, Any]] | None = None
     best_key: tuple[float, int] | None = None
-    for earlier in range(1 if rd.method in STATELESS else same):
+    for earlier in range(same if rd.method is not None and is_stateful(rd.method) else 1):
         prior = prior_requests(n, warm, earlier)
         for repeat in (False, True) if prior else (False,):
             traces = replay.by_id(rd.cell.speculative_config, prior, repeat)
@@ -143,6 +148,47 @@ def _best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dic
                 best, best_key = (traces, chk), key
     assert best is not None
     return best
+
+
+def _engine_order_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Suffix runs of the embedded engine, which reports each request's place in its schedule: the cache is
+    replayed from the live records (warm-ups and every run this server served before) in the engine's own
+    call order (``stats.suffix_schedule``), so the server state is known, not guessed. None elsewhere."""
+    if rd.method != "suffix":
+        return None
+    from specgauge.predict.replay import resolve_spec
+    from specgauge.predict.schedule import PlannedRequest
+    from specgauge.stats.record_fields import token_ids
+    from specgauge.stats.replay_check import max_model_len_of_server
+    from specgauge.stats.suffix_schedule import schedule_of, schedule_traces, scheduled_requests
+
+    same = [r for r in runs if r.cell.label == rd.cell.label]
+    sched, _ = scheduled_requests([x for r in same for x in r.records], [w for r in same for w in r.run.get("warmups") or []])
+    if sched is None:  # not one server for all of them: this run alone
+        same = [rd]
+        sched, _ = scheduled_requests(rd.records, rd.run.get("warmups") or [])
+    _, k, cfg = resolve_spec(rd.cell.speculative_config)
+    if sched is None or cfg is None:
+        return None
+    opts = {n: v for n, v in cfg.model_dump().items() if n.startswith("suffix_decoding_") and v is not None}
+    traces = schedule_traces(sched, opts, k, max_model_len_of_server(rd.run.get("server") or {}))
+    if traces is None:
+        return None
+    greedy = {r.id: r.greedy for r in replay.requests}
+    planned: dict[str, Any] = {}
+    for rec in rd.records:
+        sc, ids = schedule_of(rec.extra), token_ids(rec.extra)
+        if rec.ok and sc is not None and ids is not None and sc[1] in traces:
+            tr = traces[sc[1]]
+            planned[rec.id] = PlannedRequest(rec.id, len(ids[0]), len(ids[1]), tr.drafted, tr.accepted, greedy.get(rec.id, True))
+    chk = replay_check(rd.records, planned)
+    chk["replayed_from"] = "the live outputs, in the engine's own call order"
+    first = min((sc[1] for x in rd.records if (sc := schedule_of(x.extra)) is not None), default=0)
+    earlier = sum(1 for r in same if r is not rd and any((sc := schedule_of(x.extra)) is not None and sc[1] < first
+                                                          for x in r.records))
+    if earlier:
+        chk["earlier_runs_on_this_server"] = earlier
+    return planned, chk
 
 
 def _first_send(rd: RunData) -> float:
@@ -165,6 +211,7 @@ def fit_profile(
     seed: int = 0,
     trim: float = 5.0,
     sampled_ids: Set[str] | None = None,
+    gpu_terms: bool = True,
 ) -> StepCostProfile:
     """Fit the step-cost law of the server the runs measured.
 
@@ -174,6 +221,8 @@ def fit_profile(
     runs sent, with logged outputs, for the replay check and exact per-step drafts (default: the one
     named in run.json, when it exists here). ``shape``: ``auto`` (fit both, keep the better),
     ``flattened`` or ``padded``. ``sampled_ids``: the request ids sent at T > 0 (default: the workload's).
+    ``gpu_terms``: try the knee and the overlapping host proposer (``fit_knee``; kept only when the rows
+    ask for them); False: the straight line only.
     """
     if not run_dirs:
         raise ProfileError("no calibration runs given")
@@ -262,6 +311,21 @@ def fit_profile(
     f = fits[chosen]
     coef, keep, X, y, w, st = f["coef"], f["keep"], f["X"], f["y"], f["w"], f["steps"]
     params = {n: float(v) for n, v in zip(names, coef, strict=True)}
+    lin_names = list(names)
+    refit: Any = lambda idx: solve(X[idx], y[idx], w[idx])  # noqa: E731
+    pred = X @ coef
+    # every row: the straight line's robust pass may have dropped exactly the rows past a knee
+    ext = extend(all_rows, chosen, names, solve(X, y, w), solve, np.ones(len(y), dtype=bool)) if gpu_terms else None
+    if ext is not None:  # the GPU regime's knee / overlapping host proposer earned their parameters
+        names, coef, refit = ext.names, ext.coef, ext.refit
+        pred = ext.predict(coef)
+        keep = _trim(y - pred, trim, len(coef))
+        if not keep.all():
+            coef = refit(np.flatnonzero(keep))
+            ext.coef = coef
+            pred = ext.predict(coef)
+        params = ext.params()
+        notes += ext.notes
 
     # bootstrap: resample requests within each run, refit on the kept rows
     boot: list[list[float]] = []
@@ -271,9 +335,9 @@ def fit_profile(
         groups = [np.flatnonzero((run_of == i) & keep) for i in range(len(all_rows))]
         for _ in range(bootstrap):
             idx = np.concatenate([rng.choice(g, size=len(g), replace=True) for g in groups if len(g)])
-            boot.append([float(v) for v in solve(X[idx], y[idx], w[idx])])
+            boot.append([float(v) for v in refit(idx)])
 
-    residuals = _residuals(all_rows, X, y, st, coef, keep)
+    residuals = _residuals(all_rows, pred, y, st, keep)
     residuals["shapes"] = {s: round(fits[s]["ssr"], 12) for s in fits}
     if confidence is not None:
         residuals["shape_confidence"] = round(confidence, 3)  #: share of resamples in which the chosen shape fits better
@@ -281,11 +345,12 @@ def fit_profile(
     allt = StepTable.concat(tables) if tables else None
     measured = MeasuredRange(
         max_tokens_per_forward=float(allt.n_forward(chosen).max()) if allt is not None and len(allt) else 0.0,
+        max_forward_tokens=float((allt.n_forward(chosen) + allt.prefill_tokens).max()) if allt is not None and len(allt) else 0.0,
         max_batch=float(allt.batch.max()) if allt is not None and len(allt) else 0.0,
         concurrencies=concs,
         methods=ks_of,
     )
-    alternatives = {s: {"params": {n: float(v) for n, v in zip(names, fits[s]["coef"], strict=True)},
+    alternatives = {s: {"params": {n: float(v) for n, v in zip(lin_names, fits[s]["coef"], strict=True)},
                         "weighted_ssr": fits[s]["ssr"]} for s in fits if s != chosen}
     for rd in runs:
         chk = checks.get(rd.name, {})
@@ -362,9 +427,19 @@ def _shape_confidence(fits: dict[str, dict[str, Any]], chosen: str, keep: np.nda
     return wins / resamples
 
 
-def _residuals(rows: Sequence[Rows], X: np.ndarray, y: np.ndarray, steps: np.ndarray, coef: np.ndarray,
+def _trim(res: np.ndarray, trim: float, params: int) -> np.ndarray:
+    """Rows within ``trim`` MADs of the fit (all of them when that would drop more than 20 %)."""
+    mad = 1.4826 * float(np.median(np.abs(res - np.median(res))))
+    keep = np.ones(len(res), dtype=bool)
+    if mad > 0:
+        keep = np.abs(res) <= trim * mad
+        if keep.sum() < max(params + 1, int(0.8 * len(res))):
+            keep[:] = True
+    return keep
+
+
+def _residuals(rows: Sequence[Rows], pred: np.ndarray, y: np.ndarray, steps: np.ndarray,
                keep: np.ndarray) -> dict[str, Any]:
-    pred = X @ coef
     kinds = np.asarray([k for r in rows for k in r.kind])
     dec = (kinds == "decode") & keep
     out: dict[str, Any] = {"rows": len(y), "rows_dropped_as_outliers": int((~keep).sum()),

@@ -18,7 +18,11 @@ Boundary: bench records and a speculative config in, data out (``ReplayCheck``).
   to the first step that may depend on a token no log holds (``SuffixTrace``): such requests are
   ``uncertain``, never a gap;
 * a gap is a request the replay proves the server got wrong: different draft counts, fewer accepted
-  tokens than its output allows, or more than the bound permits.
+  tokens than its output allows, or more than the bound permits;
+* warm-up requests (``RunRecord.warmups``) entered the server's cache first: they are replayed first;
+* the embedded engine reports each request's prefill step and admission number: with every request
+  it admitted known (warm-ups included, admissions 0..n-1), the cache is replayed in the engine's own
+  call order (``drafters._suffix_schedule``), exact also for requests that overlapped in time.
 """
 
 from __future__ import annotations
@@ -34,11 +38,15 @@ from pydantic import BaseModel, Field
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import ReplayTrace, make_drafter, replay_by_stepping
 from specgauge.records import RequestRecord
+from specgauge.stats.record_fields import per_step, token_ids
+from specgauge.stats.suffix_schedule import schedule_of, schedule_traces, scheduled_requests
 
 Status = Literal["match", "gap", "uncertain", "no_server_counts"]
 #: methods whose proposal is a deterministic function of the token history
 REPLAYABLE = ("ngram", "suffix", "draft_model")
 MAX_ROWS_KEPT = 2000
+#: what bench keeps of each warm-up request's ``extra`` (``RunRecord.warmups``)
+WARMUP_KEYS = ("prompt_token_ids", "output_token_ids", "metrics")
 
 
 class Counts(BaseModel):
@@ -121,21 +129,11 @@ def max_model_len_of_server(server: dict[str, Any]) -> int | None:
 
 
 def _ids(rec: RequestRecord) -> tuple[list[int], list[int]] | None:
-    e = rec.extra or {}
-    p, o = e.get("prompt_token_ids"), e.get("output_token_ids")
-    if isinstance(p, list) and isinstance(o, list) and o:
-        return [int(t) for t in p], [int(t) for t in o]
-    return None
+    return token_ids(rec.extra)
 
 
 def _per_step(rec: RequestRecord) -> list[tuple[int, int]] | None:
-    sd = ((rec.extra or {}).get("metrics") or {}).get("speculative_decoding")
-    if not isinstance(sd, dict):
-        return None
-    d, a = sd.get("per_step_drafted"), sd.get("per_step_accepted")
-    if isinstance(d, list) and isinstance(a, list) and len(d) == len(a):
-        return [(int(x), int(y)) for x, y in zip(d, a)]
-    return None
+    return per_step(rec.extra)
 
 
 def _steps(t: ReplayTrace) -> list[tuple[int, int]]:
@@ -205,6 +203,7 @@ class _Replayer:
                         max_model_len=max_model_len, track_unknown_tails=True)
         else:
             opts["model"] = spec.model
+        self.options = opts
         self.drafter = make_drafter(self.method, **opts)
 
     def trace(self, rid: str, prompt: list[int], out: list[int], steps: list[tuple[int, int]] | None) -> ReplayTrace:
@@ -223,9 +222,39 @@ class _Replayer:
         return fast(rid, prompt, out, self.k) if fast is not None else replay_by_stepping(d, rid, prompt, out, self.k)
 
 
+def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord], warmups: Sequence[dict[str, Any]],
+                  max_model_len: int | None) -> tuple[dict[str, ReplayTrace] | None, bool]:
+    """How the suffix cache is replayed: in the engine's own order when the records hold every request the
+    server admitted (returns those traces), else request by request after the warm-ups (returns None, and
+    whether the requests overlapped in time, which makes every row uncertain)."""
+    sched, why = scheduled_requests(ok, warmups)
+    if sched is not None:
+        opts = {n: v for n, v in rep.options.items() if n.startswith("suffix_decoding_")}
+        traces = schedule_traces(sched, opts, rep.k, max_model_len)
+        if traces is not None:
+            res.notes.append(f"suffix replayed in the embedded engine's own call order over all {len(sched)} requests it "
+                             "admitted (warm-ups included): exact, overlapping requests too")
+            return {r.id: traces[sc[1]] for r in ok if (sc := schedule_of(r.extra)) is not None}, False
+    for w in warmups:  # what the cache learned before the run, in the order they were sent
+        ids = token_ids(w) if w.get("ok") else None
+        if ids is not None:
+            rep.trace(str(w.get("id")), ids[0], ids[1], per_step(w))
+        elif w.get("ok") is not None:
+            res.notes.append(f"warm-up {w.get('id')} left no token ids: what it taught the server's cache is unknown")
+    unknown_before = why.startswith("the server admitted")
+    if unknown_before:
+        res.notes.append(f"{why}; suffix rows are uncertain (never a gap)")
+    if _overlapping(ok):
+        res.notes.append("requests overlapped in time: the server's suffix cache saw their tokens interleaved step by "
+                         "step, the replay request by request, so suffix rows are uncertain (never a gap)")
+        return None, True
+    return None, unknown_before
+
+
 def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[str, Any] | None, config_source: str,
-              max_model_len: int | None = None) -> ReplayCheck:
-    """Replay every successful request with token ids and compare with the server's own counts."""
+              max_model_len: int | None = None, warmups: Sequence[dict[str, Any]] = ()) -> ReplayCheck:
+    """Replay every successful request with token ids and compare with the server's own counts.
+    ``warmups``: the run's warm-up requests (``RunRecord.warmups``), which a stateful cache learned first."""
     if spec is None:
         return unavailable("the speculative config is unknown: the server does not state it; pass "
                            "bench --speculative-config '<the JSON the server runs with>'")
@@ -251,20 +280,16 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
     res = ReplayCheck(available=True, **base)
     if len(with_ids) < len(ok):
         res.notes.append(f"{len(ok) - len(with_ids)} successful request(s) came without token ids and were not replayed")
-    if cfg.method == "suffix" and _overlapping([r for r, _ in with_ids]):
-        res.notes.append("requests overlapped in time: the server's suffix cache saw their tokens interleaved step by "
-                         "step, the replay request by request, so suffix rows are uncertain (never a gap)")
-        overlap = True
-    else:
-        overlap = False
+    scheduled, overlap = _suffix_state(res, rep, [r for r, _ in with_ids], warmups, max_model_len) \
+        if cfg.method == "suffix" else (None, False)
     for rec, (prompt, out) in with_ids:
         steps = _per_step(rec)
         try:
-            t = rep.trace(rec.id, prompt, out, steps)
+            t = scheduled[rec.id] if scheduled is not None else rep.trace(rec.id, prompt, out, steps)
         except (ValueError, IndexError, RuntimeError) as e:  # e.g. ids outside the draft model's vocabulary
             return unavailable(f"request {rec.id}: the {cfg.method} replay failed: {e}", **base)
         unc: int | None = None
-        if cfg.method == "suffix":
+        if cfg.method == "suffix" and scheduled is None:
             fu = getattr(t, "first_uncertain", None)
             unc = 0 if overlap else (None if fu is None else int((t.drafted[:fu] > 0).sum()))
         s = rec.spec
@@ -335,7 +360,7 @@ def check_totals(res: ReplayCheck, counters: Any) -> None:
 
 
 def check_bench_run(records: Sequence[RequestRecord], stated: SpeculativeConfig | None, server: dict[str, Any],
-                    counters: Any = None) -> ReplayCheck:
+                    counters: Any = None, warmups: Sequence[dict[str, Any]] = ()) -> ReplayCheck:
     """The check ``bench`` runs after every run: the config the user stated, else the one the server
     states (embedded server); the server's ``max_model_len`` from ``/v1/models``; the counter diff for
     runs without per-request counts."""
@@ -343,6 +368,6 @@ def check_bench_run(records: Sequence[RequestRecord], stated: SpeculativeConfig 
     src = "bench --speculative-config"
     if spec is None:
         spec, src = speculative_config_of_server(server), "the server's /v1/models card"
-    res = check_run(records, spec, src, max_model_len_of_server(server))
+    res = check_run(records, spec, src, max_model_len_of_server(server), warmups)
     check_totals(res, counters)
     return res

@@ -1,0 +1,102 @@
+"""Replay a stateful drafter (suffix decoding's shared cache) in the exact call order of the embedded engine.
+
+Requests that overlap in time reach a shared cache interleaved step by step, so replaying them one
+after the other is not what the server did. The embedded engine (``engine/core.py``) reports, per
+request, the engine step of its prefill and its admission number (``SpecStats.schedule``): its
+decode steps then follow at every later engine step until it ends, and within one engine step the
+engine calls the drafter in this order:
+
+1. ``propose`` for every decoding request, in admission order (each learns the tokens its previous
+   step emitted, then drafts);
+2. verification; ``end`` for each request that finished this step, in the same order;
+3. ``begin`` for the requests admitted this step, in admission order (and ``end`` at once for one
+   whose prefill token already ended it).
+
+With every request's prompt and output known (its record, warm-ups included), replaying that order
+gives the server's drafts exactly. The drafter sees each request under its admission number (the
+engine's ids are unique; a reused id would evict a cached response). ``ScheduleError``: the schedule is inconsistent (a request
+admitted into a step that had already passed), so it cannot be what one engine did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specgauge.drafters.base import Drafter, ReplayTrace
+
+
+class ScheduleError(ValueError):
+    pass
+
+
+@dataclass
+class ScheduledRequest:
+    id: str
+    prompt: list[int]
+    output: list[int]
+    prefill_step: int  #: the engine step that prefilled it
+    admitted: int  #: its admission number (order among requests admitted in one step)
+    #: the server's accepted count at the final step (it counts draft tokens accepted past the output's
+    #: end, e.g. after the EOS): used for that step when it lies within what the final draft allows
+    final_accepted: int | None = None
+
+
+@dataclass
+class _State:
+    req: ScheduledRequest
+    pos: int = 1  # output token 0 came from the prefill
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    draft: list[int] = field(default_factory=list)
+
+
+def replay_schedule(drafter: Drafter, requests: Sequence[ScheduledRequest], k: int,
+                    max_model_len: int | None = None) -> dict[int, ReplayTrace]:
+    """Traces of every request (by admission number), the drafter called as the engine called it (module doc).
+    ``max_model_len``: the engine's; it caps each proposal at ``max_model_len - len(history)``."""
+    pending = sorted(requests, key=lambda r: r.admitted)
+    running: list[_State] = []
+    out: dict[int, ReplayTrace] = {}
+    i, t = 0, -1
+    while i < len(pending) or running:
+        t = t + 1 if running else pending[i].prefill_step
+        if i < len(pending) and pending[i].prefill_step < t:
+            raise ScheduleError(f"request {pending[i].id!r} is admitted at engine step {pending[i].prefill_step}, "
+                                f"which had passed (step {t})")
+        for s in running:  # 1. every decoding request drafts, in admission order
+            r = s.req
+            hist = r.prompt + r.output[: s.pos]
+            kk = k if max_model_len is None else min(k, max_model_len - len(hist))
+            s.draft = list(drafter.propose(f"adm-{r.admitted}", hist, kk))[:kk] if kk > 0 else []
+        still: list[_State] = []
+        for s in running:  # 2. verification: the matching prefix is accepted, one more token emitted
+            r, d = s.req, s.draft
+            n, left = len(r.output), len(r.output) - s.pos
+            a = 0
+            while a < len(d) and a < left and d[a] == r.output[s.pos + a]:
+                a += 1
+            s.drafted.append(len(d))
+            s.accepted.append(a)
+            s.pos += min(a + 1, left)
+            if s.pos < n:
+                still.append(s)
+                continue
+            drafter.end(f"adm-{r.admitted}", r.output)
+            fin = r.final_accepted
+            if a >= left and fin is not None and a <= fin <= len(d):  # the output ended inside the accepted draft:
+                s.accepted[-1] = fin  # the server counts acceptance before it cuts the output
+            out[r.admitted] = ReplayTrace(np.asarray(s.drafted, dtype=np.int64), np.asarray(s.accepted, dtype=np.int64))
+        running = still
+        while i < len(pending) and pending[i].prefill_step == t:  # 3. this step's admissions are prefilled
+            r = pending[i]
+            i += 1
+            drafter.begin(f"adm-{r.admitted}", r.prompt)
+            if len(r.output) <= 1:
+                drafter.end(f"adm-{r.admitted}", r.output)
+                out[r.admitted] = ReplayTrace(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            else:
+                running.append(_State(r))
+    return out
