@@ -152,6 +152,9 @@ def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Seque
 def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = None) -> CalibrationResult:
     out = Path(cfg.out_dir)
     if cfg.from_runs:
+        from specgauge.report.foreign import refuse_calibration
+
+        refuse_calibration(cfg.from_runs)  # another tool's result: say what it lacks
         dirs, cell_of = expand_run_dirs(cfg.from_runs)
         profile = fit_profile(cfg.from_runs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
                               bootstrap=cfg.bootstrap, seed=cfg.seed)

@@ -4,6 +4,9 @@
   ``results.jsonl`` alone;
 - a simulate result (``specgauge simulate --json``), a workload profile (``specgauge profile --json``),
   a comparison (``specgauge compare --json``): JSON files told apart by their keys.
+- another tool's result (``report.foreign``): ``vllm bench serve --save-result`` JSON, AIPerf's
+  ``profile_export.jsonl`` (or its artifacts directory), a GuideLLM report (``FILE#N`` for one of its
+  benchmarks); loaded as records with notes saying what the tool did not record.
 For a bench run, the workload named in ``run.json`` is read (when it is still there) for each
 request's prompt and temperature: records keep timings and outputs, not the request.
 Bad input raises ``RunLoadError`` naming the file.
@@ -157,9 +160,48 @@ def _workload_requests(run: LoadedRun) -> None:
             run.temperatures[r.id] = req.temperature
 
 
+def _foreign(p: Path, name: str, pick: int | None = None) -> LoadedRun | None:
+    """A result of another tool (vllm bench serve, AIPerf, GuideLLM) as a run, or None when it is not one."""
+    from specgauge.report import foreign as FR
+
+    try:
+        if p.is_dir():
+            if not (p / "profile_export.jsonl").exists():
+                return None
+            p = p / "profile_export.jsonl"
+        if p.suffix == ".jsonl":
+            lines = FR.read_jsonl(p)
+            if not lines or not FR.is_aiperf_record(lines[0][1]):
+                return None
+            got = FR.aiperf(lines, p)
+        else:
+            data = _read_json(p)
+            if FR.is_vllm_bench(data):
+                got = FR.vllm_bench(data, p)
+            elif FR.is_guidellm(data):
+                got = FR.guidellm(data, p, pick)
+            else:
+                return None
+    except (FR.ForeignError, OSError, UnicodeDecodeError) as e:
+        raise RunLoadError(str(e)) from None
+    except ValidationError as e:
+        raise RunLoadError(f"{p}: {_first_error(e)}") from None
+    recs, summary, run_json, notes = got
+    if not recs:
+        raise RunLoadError(f"{p}: no request records")
+    return LoadedRun(kind="results", path=p, label=name, records=recs, run=run_json, summary=summary or None,
+                     notes=notes)
+
+
 def load_run(path: str | Path, label: str | None = None) -> LoadedRun:
     p = Path(path)
-    name = label or (p.name if p.name != "results.jsonl" else p.parent.name)
+    pick = None
+    if not p.exists() and "#" in p.name and p.name.rsplit("#", 1)[1].isdigit():  # FILE#N: one benchmark of a report
+        p, pick = p.with_name(p.name.rsplit("#", 1)[0]), int(p.name.rsplit("#", 1)[1])
+    name = label or (p.name if p.name != "results.jsonl" else p.parent.name) + (f"#{pick}" if pick else "")
+    foreign = _foreign(p, name, pick) if p.exists() and not (p.is_dir() and (p / "results.jsonl").exists()) else None
+    if foreign is not None:
+        return foreign
     if p.is_dir():
         if not (p / "results.jsonl").exists():
             raise RunLoadError(f"{p}: not a bench output directory (no results.jsonl)")
@@ -191,7 +233,8 @@ def load_run(path: str | Path, label: str | None = None) -> LoadedRun:
             return LoadedRun(kind="profile", path=p, label=name, profile=WorkloadProfile.model_validate(data))
     except ValidationError as e:
         raise RunLoadError(f"{p}: {_first_error(e)}") from None
-    raise RunLoadError(f"{p}: not a specgauge result (expected a bench output dir, results.jsonl, "
+    raise RunLoadError(f"{p}: not a specgauge result (expected a bench output dir, results.jsonl, a vllm bench serve / "
+                       "GuideLLM JSON, an AIPerf profile_export.jsonl, "
                        "or the JSON of compare / simulate / profile)")
 
 
