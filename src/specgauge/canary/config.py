@@ -126,6 +126,10 @@ class CanaryConfig(BaseModel):
     first_byte_timeout_s: float = Field(default=30.0, gt=0, description="a candidate stream without a first byte by then is retried on the baseline")
     stall_timeout_s: float = Field(default=60.0, gt=0, description="longest silence inside a stream")
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    header_timeout_s: float = Field(default=30.0, gt=0, description="a client connection without a complete request line and headers by then (idle keep-alive ones too) is closed")
+    body_timeout_s: float = Field(default=60.0, gt=0, description="a request body not received by then is answered 408")
+    max_body_bytes: int = Field(default=64 << 20, ge=1024, description="one request body (413 past it)")
+    max_inflight_bytes: int = Field(default=256 << 20, ge=1024, description="all request bodies the proxy holds at once (503 past it)")
     shadow_max_inflight: int = Field(default=64, ge=1)
     keep_outputs: bool = False
     reset_state: bool = False

@@ -25,10 +25,7 @@ class DecisionLog:
     def open(self) -> DecisionLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            raw = self.path.read_bytes()
-            if raw and not raw.endswith(b"\n"):
-                with open(self.path, "r+b") as f:
-                    f.truncate(raw.rfind(b"\n") + 1)
+            cut_torn_tail(self.path)
             self.seq = len(read_events(self.path))
         self._f = open(self.path, "a", encoding="utf-8")
         return self
@@ -68,16 +65,45 @@ def clean(v: Any) -> Any:
     return v
 
 
+def cut_torn_tail(path: Path) -> int:
+    """Cut a torn last line (no newline: a crash mid-write) so the next append starts a line of its
+    own; returns the bytes cut. Reads only the file's tail."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "r+b") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        pos, block = size, 1 << 16
+        while pos > 0:  # the last newline, searched backwards block by block
+            start = max(0, pos - block)
+            f.seek(start)
+            i = f.read(pos - start).rfind(b"\n")
+            if i >= 0:
+                keep = start + i + 1
+                break
+            pos = start
+        else:
+            keep = 0
+        f.truncate(keep)
+        return size - keep
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """All complete events of a decision log, in order."""
+    """All complete events of a decision log, in order (a torn or unreadable line is skipped: bytes
+    that are not UTF-8, JSON that does not parse or is not an object)."""
     out: list[dict[str, Any]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
+    for raw in path.read_bytes().splitlines():
+        if not raw.strip():
             continue
         try:
-            obj = json.loads(line)
-        except ValueError:
-            continue  # a torn line
+            obj = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            continue  # a torn line, or bytes that were never ours
         if isinstance(obj, dict):
             out.append(obj)
     return out

@@ -19,15 +19,28 @@ SSE/JSON or is an error — is answered by the baseline instead (the client's he
 is in hand). A candidate stream that breaks after bytes were sent cannot be retried: the client's
 connection is cut the same way (so the client sees a broken stream, not a short success) and the
 failure counts against the candidate.
+
+Bounds (README "Reliability: bounds"): a client has ``header_timeout_s`` to send its request line and
+headers (and an idle keep-alive connection is closed after it), ``body_timeout_s`` to send its body;
+a body is at most ``max_body_bytes`` (413) and all bodies held at once at most ``max_inflight_bytes``
+(503 with ``Retry-After``); JSON deeper than orjson's 1,024 levels is not parsed (routed as an
+unkeyed, non-greedy request: the upstream answers it). Bodies over ``OFFLOAD_BYTES`` are parsed and
+hashed in a worker thread, so one large body never stalls the streams. Credentials in an upstream URL
+become that upstream's ``Authorization: Basic`` when the client sends no ``Authorization`` of its own
+(the client's passes through, as always). Every error the proxy writes itself is an OpenAI-shaped JSON
+body ``{"error": {"message", "type", "param", "code"}}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -52,6 +65,29 @@ _REQ_DROP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-
 _RESP_DROP = frozenset(("connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "date",
                         "server", "trailer"))
 ROUTED = ("/v1/chat/completions", "/v1/completions")
+#: bodies larger than this are parsed and hashed off the event loop
+OFFLOAD_BYTES = 1 << 20
+_log = logging.getLogger("specgauge.canary")
+
+
+def error_response(status: int, message: str, kind: str = "upstream_error", headers: dict[str, str] | None = None) -> web.Response:
+    """An answer the proxy writes itself, in the OpenAI / vLLM error shape."""
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": status}}, status=status,
+                             headers=headers)
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """``http://u:pw@host:port/p`` -> (``http://host:port/p``, ``Basic base64(u:pw)``); no credentials: (url, None).
+    aiohttp refuses a request whose URL has credentials *and* an ``Authorization`` header."""
+    p = urlsplit(url)
+    if p.username is None and p.password is None:
+        return url, None
+    host = p.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{p.port}" if p.port is not None else "")
+    token = base64.b64encode(f"{unquote(p.username or '')}:{unquote(p.password or '')}".encode()).decode()
+    return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment)), f"Basic {token}"
 
 
 def client_error(status: int | None) -> bool:
@@ -75,6 +111,17 @@ class Upstream:
     base_url: str  #: may carry user:password; never logged (``config.public_url``)
     session: aiohttp.ClientSession
     dialect: Dialect
+    url: str = field(init=False)  #: base_url without credentials: what requests are sent to
+    basic_auth: str | None = field(init=False)  #: the URL's credentials as an Authorization value
+
+    def __post_init__(self) -> None:
+        self.url, self.basic_auth = split_credentials(self.base_url)
+
+    def headers(self, client: dict[str, str]) -> dict[str, str]:
+        """The client's headers for this upstream: its URL credentials only when the client brings none."""
+        if self.basic_auth is None or any(k.lower() == "authorization" for k in client):
+            return client
+        return {**client, "Authorization": self.basic_auth}
 
 
 @dataclass(slots=True)
@@ -123,17 +170,28 @@ class _Relayed(web.StreamResponse):
 
 def _json_obj(body: bytes) -> dict[str, Any] | None:
     """The body as a JSON object, else None: orjson (a few µs), the standard library for what orjson
-    refuses (NaN). It only routes and pairs; the upstream gets the body's bytes as received."""
+    refuses (NaN). It only routes and pairs; the upstream gets the body's bytes as received. Nesting
+    past orjson's limit (1,024) is not parsed at all (the standard library would recurse into a
+    RecursionError)."""
     if not body:
         return None
     try:
         obj = orjson.loads(body)
-    except ValueError:
+    except orjson.JSONDecodeError as e:
+        if "recursion" in str(e).lower():
+            return None
         try:
             obj = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return obj if isinstance(obj, dict) else None
+
+
+def _inspect(body: bytes) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """(JSON object or None, greedy, greedy pairing key) of a body: the CPU work on one request."""
+    obj = _json_obj(body)
+    greedy = is_greedy(obj)
+    return obj, greedy, ("body:" + pairing_key(obj) if greedy and obj is not None else None)
 
 
 def _short(raw: bytes) -> str:
@@ -143,13 +201,19 @@ def _short(raw: bytes) -> str:
 class Proxy:
     def __init__(self, host: ProxyHost, baseline: Upstream, candidate: Upstream, *, session_header: str, hash_seed: str,
                  timeout_s: float, first_byte_timeout_s: float, shadow_max_inflight: int, tag_responses: bool,
-                 metrics_body: Any, metrics_type: str) -> None:
+                 metrics_body: Any, metrics_type: str, stall_timeout_s: float | None = None,
+                 body_timeout_s: float = 60.0, max_body_bytes: int = 64 << 20, max_inflight_bytes: int = 256 << 20) -> None:
         self.host = host
         self.baseline, self.candidate = baseline, candidate
         self.session_header = session_header
         self.router = Router(hash_seed)
         self.timeout_s = timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.max_body_bytes, self.max_inflight_bytes = max_body_bytes, max_inflight_bytes
+        self.inflight_bytes = 0  #: request bodies held right now (reserved while they arrive)
+        self.refused = 0  #: requests the proxy answered itself with a 4xx/5xx (bounds, not the upstreams)
         self.shadow_max_inflight = shadow_max_inflight
         self.tag_responses = tag_responses
         self._metrics_body = metrics_body
@@ -162,7 +226,7 @@ class Proxy:
 
     # -- app ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=self.max_body_bytes)
         for path in ROUTED:
             app.router.add_post(path, self.completions)
         app.router.add_get("/health", self.health)
@@ -187,20 +251,87 @@ class Proxy:
             t.cancel()
 
     # -- routed requests --------------------------------------------------------------------------
+    # -- bounded body reads ------------------------------------------------------------------------
+    async def _read_body(self, request: web.Request) -> bytes | web.Response:
+        """The body, counted against ``max_body_bytes`` and the in-flight cap as it arrives, within
+        ``body_timeout_s``; else the answer to send (413 / 503 / 408). On success the body's bytes stay
+        reserved in ``inflight_bytes`` until ``_release``."""
+        declared = request.content_length
+        if declared is not None and declared > self.max_body_bytes:
+            return self._refuse(413, f"request body of {declared} bytes exceeds the proxy's limit of {self.max_body_bytes} "
+                                     "bytes", "invalid_request_error")
+        held = 0
+
+        def reserve(n: int) -> web.Response | None:
+            nonlocal held
+            if held + n > self.max_body_bytes:
+                return self._refuse(413, f"request body exceeds the proxy's limit of {self.max_body_bytes} bytes",
+                                    "invalid_request_error")
+            if self.inflight_bytes + n > self.max_inflight_bytes:
+                return self._refuse(503, f"the proxy holds {self.inflight_bytes} bytes of request bodies (limit "
+                                         f"{self.max_inflight_bytes}); retry shortly", "server_busy", {"Retry-After": "1"})
+            self.inflight_bytes += n
+            held += n
+            return None
+
+        refused = reserve(declared or 0)
+        if refused is not None:
+            return refused
+        parts: list[bytes] = []
+        got = 0
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while chunk := await request.content.read(1 << 16):
+                    got += len(chunk)
+                    if got > held and (refused := reserve(got - held)) is not None:
+                        self._release(held)
+                        return refused
+                    parts.append(chunk)
+        except TimeoutError:
+            self._release(held)
+            return self._refuse(408, f"the request body did not arrive within {self.body_timeout_s:g} s", "timeout")
+        except (aiohttp.ClientError, ConnectionError, OSError, ValueError) as e:  # a client gone, a malformed chunked body
+            self._release(held)
+            return self._refuse(400, f"could not read the request body ({type(e).__name__})", "invalid_request_error")
+        if got < held:
+            self._release(held - got)
+        return b"".join(parts)
+
+    def _release(self, n: int) -> None:
+        self.inflight_bytes -= n
+
+    def _refuse(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
+        self.refused += 1
+        resp = error_response(status, f"specgauge canary: {message}", kind, headers)
+        if status in (408, 413, 400):  # the rest of the body is not wanted: close rather than read it
+            resp.force_close()
+        return resp
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            return await self._completions(request, body)
+        finally:
+            self._release(len(body))
+
+    async def _completions(self, request: web.Request, body: bytes) -> web.StreamResponse:
         seq = self._seq
         self._seq += 1
-        body = await request.read()
-        obj = _json_obj(body)
+        if len(body) > OFFLOAD_BYTES:  # parsing and hashing a large body would stall every stream
+            obj, greedy, body_key = await asyncio.to_thread(_inspect, body)
+        else:
+            obj, greedy, body_key = _inspect(body)
         point, keyed = self.router.point(session_key(request.headers, obj, self.session_header))
         req = _Req(seq=seq, rid=f"r{seq}", path_qs=request.path_qs, body=body, obj=obj,
                    headers=self._upstream_headers(request), stream=bool(obj is not None and obj.get("stream") is True),
-                   point=point, keyed=keyed, greedy=is_greedy(obj))
+                   point=point, keyed=keyed, greedy=greedy)
         req.weight, req.mirror_weight = self.host.live_weight(), self.host.mirror_weight()
         pending: _Pending | None = None
         if obj is not None and to_candidate(point, req.weight):
             if req.greedy:
-                req.pair_key = "body:" + pairing_key(obj)
+                req.pair_key = body_key
             served = await self._serve(request, req, self.candidate, Role.live, retryable=True)
             if isinstance(served, web.StreamResponse):
                 return served
@@ -210,7 +341,7 @@ class Proxy:
             req.pair_key = f"id:{req.rid}" if req.greedy else None
             self._mirror(req)
         elif req.greedy and obj is not None and req.pair_key is None:
-            req.pair_key = "body:" + pairing_key(obj)
+            req.pair_key = body_key
         role = Role.retry if pending is not None else Role.live
         out = await self._serve(request, req, self.baseline, role, retryable=False, pending=pending)
         assert isinstance(out, web.StreamResponse)
@@ -236,7 +367,7 @@ class Proxy:
         ``parse_first`` the first bytes are parsed here, before they are forwarded (a bad first
         event can still be retried); without it (nothing to retry) they are parsed after forwarding."""
         async with asyncio.timeout(first_timeout):
-            resp = await up.session.post(up.base_url + req.path_qs, data=req.body, headers=req.headers)
+            resp = await up.session.post(up.url + req.path_qs, data=req.body, headers=up.headers(req.headers))
             cap.status = resp.status
             try:
                 if not 200 <= resp.status < 300:
@@ -267,20 +398,15 @@ class Proxy:
         first_timeout = self.first_byte_timeout_s if (retryable and req.stream) else self.timeout_s
         try:
             op = await self._open(up, req, cap, first_timeout, parse_first=retryable)
-        except (TimeoutError, aiohttp.ClientError, ConnectionError, OSError) as e:
-            if isinstance(e, TimeoutError):
-                failure = (FailureKind.timeout, f"no first byte within {first_timeout:g} s")
-            else:
-                kind, msg, _ = classify_failure(e, first_timeout)
-                failure = (kind, msg)
+        except Exception as e:  # any failure before the first byte: recorded, and retried when it can be
+            failure = self._failure_before_first_byte(e, req, first_timeout)
             rec = self._record(req, cap, up.side, role, started, failure, None, None, retried=retryable, bytes_sent=False)
             if retryable:
                 return _Pending(rec, None)
             self._emit_pending(pending, None)
             self._emit(up.side, role, rec, req)
             status = 504 if failure[0] is FailureKind.timeout else 502
-            return web.json_response({"error": {"message": f"specgauge canary: the {up.side.value} failed: {failure[1]}",
-                                                "type": "upstream_error", "code": status}}, status=status)
+            return error_response(status, f"specgauge canary: the {up.side.value} failed: {failure[1]}")
         status = op.resp.status
         if op.failure is not None and retryable:
             op.resp.close()
@@ -296,6 +422,24 @@ class Proxy:
             self._emit(up.side, role, rec, req, client_err=client_error(status))
             return web.Response(status=status, body=op.raw, headers=headers)
         return await self._relay(request, req, up, role, op, cap, started)
+
+    def _failure_before_first_byte(self, e: BaseException, req: _Req, first_timeout: float) -> tuple[FailureKind, str]:
+        if isinstance(e, aiohttp.ServerTimeoutError) and self.stall_timeout_s is not None:
+            what = "no response" if not req.stream else "no first byte"
+            return FailureKind.timeout, f"{what} for {self.stall_timeout_s:g} s (--stall-timeout)"
+        if isinstance(e, TimeoutError):
+            flag = "--first-byte-timeout" if first_timeout == self.first_byte_timeout_s else "--timeout"
+            return FailureKind.timeout, f"no first byte within {first_timeout:g} s ({flag})"
+        if isinstance(e, (aiohttp.ClientError, ConnectionError, OSError)):
+            kind, msg, _ = classify_failure(e, first_timeout)
+            return kind, msg
+        _log.error("canary: request %s could not be sent upstream: %s: %s", req.rid, type(e).__name__, str(e)[:200])
+        return FailureKind.connection_error, f"the proxy could not send it ({type(e).__name__}: {str(e)[:200]})"
+
+    def _timeout_message(self, e: BaseException) -> str:
+        if isinstance(e, aiohttp.ServerTimeoutError) and self.stall_timeout_s is not None:
+            return f"a silence longer than {self.stall_timeout_s:g} s inside the response (--stall-timeout)"
+        return f"no complete response within {self.timeout_s:g} s (--timeout)"
 
     async def _relay(self, request: web.Request, req: _Req, up: Upstream, role: Role, op: _Opened, cap: Capture,
                      started: float) -> web.StreamResponse:
@@ -325,8 +469,8 @@ class Proxy:
                             gone = True
                             break
                         feed(data, t)
-            except TimeoutError:
-                failure = (FailureKind.timeout, f"no complete response within {self.timeout_s:g} s, or a silence longer than the stall timeout")
+            except TimeoutError as e:  # aiohttp's stall timer (sock_read) is a TimeoutError too
+                failure = (FailureKind.timeout, self._timeout_message(e))
             except (aiohttp.ClientError, ConnectionError, OSError) as e:
                 kind, msg, _ = classify_failure(e, self.timeout_s)
                 failure = (kind, msg)
@@ -392,8 +536,9 @@ class Proxy:
             op.resp.release()
             if failure is None:
                 e2e = time.perf_counter() - cap.sent
-        except TimeoutError:
-            failure = (FailureKind.timeout, "no complete response in time (first byte, stall or whole-request timeout)")
+        except TimeoutError as e:
+            failure = (FailureKind.timeout, self._timeout_message(e) if isinstance(e, aiohttp.ServerTimeoutError)
+                       else "no first byte or no complete response in time (--first-byte-timeout / --timeout)")
         except (aiohttp.ClientError, ConnectionError, OSError) as e:
             kind, msg, _ = classify_failure(e, self.timeout_s)
             failure = (kind, msg)
@@ -425,14 +570,21 @@ class Proxy:
 
     # -- everything else: the baseline, untouched ---------------------------------------------------------
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        up = self.baseline
-        body = await request.read()
+        body = await self._read_body(request)
+        if isinstance(body, web.Response):
+            return body
         try:
-            resp = await up.session.request(request.method, up.base_url + request.path_qs, data=body or None,
-                                            headers=self._upstream_headers(request))
-        except (aiohttp.ClientError, ConnectionError, OSError, TimeoutError) as e:
-            return web.json_response({"error": {"message": f"specgauge canary: the baseline failed: {type(e).__name__}",
-                                                "type": "upstream_error", "code": 502}}, status=502)
+            return await self._passthrough(request, body)
+        finally:
+            self._release(len(body))
+
+    async def _passthrough(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        up = self.baseline
+        try:
+            resp = await up.session.request(request.method, up.url + request.path_qs, data=body or None,
+                                            headers=up.headers(self._upstream_headers(request)))
+        except Exception as e:  # an upstream down, or a request aiohttp refuses to send
+            return error_response(502, f"specgauge canary: the baseline failed: {type(e).__name__}")
         try:
             out = web.StreamResponse(status=resp.status, headers=self._response_headers(resp, Side.baseline))
             await out.prepare(request)

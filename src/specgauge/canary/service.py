@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,7 @@ from specgauge.canary.controller import (
     StateFile,
     fingerprint,
 )
-from specgauge.canary.eventlog import DecisionLog, clean
+from specgauge.canary.eventlog import DecisionLog, clean, cut_torn_tail
 from specgauge.canary.judge import Judgement, WindowInput, judge_window
 from specgauge.canary.metrics import ProxyMetrics
 from specgauge.canary.observe import Role, Side
@@ -55,6 +56,17 @@ class CanaryError(UserError):
 async def _get(session: aiohttp.ClientSession, url: str, timeout: float = 10.0) -> tuple[int, bytes]:
     async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as r:
         return r.status, await r.read()
+
+
+def _state_problem(st: Any, steps: list[float]) -> str | None:
+    """What makes a saved state impossible for these steps (a weight off the schedule, counts below 0)."""
+    if not 0 <= st.step < len(steps):
+        return f"step {st.step} is outside the {len(steps)} steps"
+    if not (math.isfinite(st.weight) and (st.weight == steps[st.step] or (st.weight == 0 and st.status == "rolled_back"))):
+        return f"weight {st.weight} is not step {st.step} ({steps[st.step]:g}%) of the schedule"
+    if st.failed_evaluations < 0 or st.evaluations < 0:
+        return "negative evaluation counts"
+    return None
 
 
 class CanaryService:
@@ -157,16 +169,23 @@ class CanaryService:
             "kind": "specgauge.canary", "started_at": self._started, "config": cfg.public(), "upstreams": self._identity,
         }), indent=2, ensure_ascii=False), encoding="utf-8")
         for side in Side:
-            self._files[side] = ResultsFile(cfg.out_dir / side.value / "results.jsonl").open()
+            path = cfg.out_dir / side.value / "results.jsonl"
+            cut_torn_tail(path)  # a restart after a crash mid-write: the next record starts its own line
+            self._files[side] = ResultsFile(path).open()
         self.window = Window(weight=self.controller.weight, snapshot=snap)
         self._update_metrics()
         self.proxy = Proxy(self, Upstream(Side.baseline, cfg.baseline, bs, bdialect), Upstream(Side.candidate, cfg.candidate, cs, cdialect),
                            session_header=cfg.session_header, hash_seed=cfg.hash_seed, timeout_s=cfg.timeout_s,
                            first_byte_timeout_s=cfg.first_byte_timeout_s, shadow_max_inflight=cfg.shadow_max_inflight,
-                           tag_responses=cfg.tag_responses, metrics_body=self.metrics.render, metrics_type=self.metrics.content_type)
+                           tag_responses=cfg.tag_responses, metrics_body=self.metrics.render, metrics_type=self.metrics.content_type,
+                           stall_timeout_s=cfg.stall_timeout_s, body_timeout_s=cfg.body_timeout_s,
+                           max_body_bytes=cfg.max_body_bytes, max_inflight_bytes=cfg.max_inflight_bytes)
         proxy = self.proxy
         self.metrics.shadow_skipped.set_function(lambda: float(proxy.shadow_skipped))
-        self._runner = web.AppRunner(self.proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        # keepalive_timeout bounds a connection without a complete request (aiohttp closes it then): an idle
+        # keep-alive connection, one that never sends, and one that trickles its headers (slowloris)
+        self._runner = web.AppRunner(self.proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=5.0,
+                                     keepalive_timeout=cfg.header_timeout_s, lingering_time=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         try:
@@ -185,6 +204,11 @@ class CanaryService:
         if saved is not None and saved.fingerprint != fp:
             raise CanaryStateError(f"{self._state_file.path}: the saved state belongs to another canary (other upstreams, "
                                    "steps or mode); use another --out-dir or pass --reset-state")
+        if saved is not None:
+            bad = _state_problem(saved, cfg.steps)
+            if bad:
+                raise CanaryStateError(f"{self._state_file.path}: {bad}; not a state this canary wrote (remove it or pass "
+                                       "--reset-state)")
         cap = 100.0 if cfg.shadow else cfg.max_weight_without_speedup  # mirroring exposes nobody: no speedup needed
         if saved is not None:
             self.controller = Controller(cfg.steps, cfg.failure_limit, cap, saved)

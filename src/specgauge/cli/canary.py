@@ -70,6 +70,10 @@ def canary(
     first_byte_timeout: Annotated[str, typer.Option("--first-byte-timeout", help="A candidate stream without a first byte by then is retried on the baseline.")] = "30s",
     stall_timeout: Annotated[str, typer.Option("--stall-timeout", help="Longest silence inside a response.")] = "60s",
     timeout: Annotated[str, typer.Option("--timeout", help="One whole request.")] = "600s",
+    header_timeout: Annotated[str, typer.Option("--header-timeout", help="A client connection without a complete request head by then (idle ones too) is closed.")] = "30s",
+    body_timeout: Annotated[str, typer.Option("--body-timeout", help="A request body not received by then is answered 408.")] = "60s",
+    max_body_bytes: Annotated[int, typer.Option("--max-body-bytes", min=1024, help="Largest request body (413 past it).")] = 64 << 20,
+    max_inflight_bytes: Annotated[int, typer.Option("--max-inflight-bytes", min=1024, help="All request bodies held at once (503 past it).")] = 256 << 20,
     candidate_dialect: Annotated[str, typer.Option("--candidate-dialect", help="auto, vllm, llamacpp, sglang, embedded: how to read its counters.")] = "auto",
     tag_responses: Annotated[bool, typer.Option("--tag-responses/--no-tag-responses", help="Add X-Specgauge-Canary: baseline|candidate to responses.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json at the end instead of text.")] = False,
@@ -102,6 +106,9 @@ def canary(
             duration_s=parse_duration(duration, "--duration") if duration else None,
             first_byte_timeout_s=parse_duration(first_byte_timeout, "--first-byte-timeout"),
             stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"), timeout_s=parse_duration(timeout, "--timeout"),
+            header_timeout_s=parse_duration(header_timeout, "--header-timeout"),
+            body_timeout_s=parse_duration(body_timeout, "--body-timeout"), max_body_bytes=max_body_bytes,
+            max_inflight_bytes=max_inflight_bytes,
             candidate_dialect=candidate_dialect, tag_responses=tag_responses,
         )
     except ValidationError as e:
