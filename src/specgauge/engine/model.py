@@ -339,13 +339,50 @@ class Transformer(nn.Module):
         logits_at: Tensor | None = None,  # [M] int64 flat indices to return logits for (None: all N)
         plan: ForwardPlan | None = None,  # a plan made by ``plan`` for these arguments (saves rebuilding it)
     ) -> Tensor:  # logits [M or N, V] float32
+        return self._forward(tokens, slots, starts, lens, cache, logits_at, plan, ())[0]
+
+    @torch.inference_mode()
+    def forward_flat_hidden(
+        self,
+        tokens: Tensor,  # [N] int64, as for ``forward_flat``
+        slots: Sequence[int],
+        starts: Sequence[int],
+        lens: Sequence[int],
+        cache: KVCache,
+        layers: Sequence[int | str],  # which hidden states, in this order (see below)
+        logits_at: Tensor | None = None,
+        plan: ForwardPlan | None = None,
+    ) -> tuple[Tensor, Tensor]:  # logits [M or N, V] float32, hidden [N, len(layers) * hidden]
+        """``forward_flat`` that also returns the hidden states a hidden-state drafter reads, at all N
+        tokens, concatenated in ``layers`` order. Ids follow vLLM's EAGLE-3 auxiliary-layer ids: ``i``
+        (0..num_layers) is the residual stream entering layer i (0: the embeddings; num_layers: the
+        last layer's output before the final norm); ``"final"`` is the final-norm output, what vLLM
+        hands an MTP / EAGLE-1 head."""
+        return self._forward(tokens, slots, starts, lens, cache, logits_at, plan, tuple(layers))
+
+    def _forward(
+        self, tokens: Tensor, slots: Sequence[int], starts: Sequence[int], lens: Sequence[int], cache: KVCache,
+        logits_at: Tensor | None, plan: ForwardPlan | None, layers: tuple[int | str, ...],
+    ) -> tuple[Tensor, Tensor]:
+        bad = [i for i in layers if i != "final" and not (isinstance(i, int) and 0 <= i <= len(self.layers))]
+        if bad:
+            raise ValueError(f"hidden-state layer id {bad[0]!r} not in 0..{len(self.layers)} or 'final'")
         p = plan or self.plan(slots, starts, lens, cache)
         x = F.embedding(tokens, self.embed.weight)
+        grab: dict[int | str, Tensor] = {0: x} if 0 in layers else {}
         for i, layer in enumerate(self.layers):
             x = layer(x, p, cache.k[i], cache.v[i])
+            if i + 1 in layers:
+                grab[i + 1] = x
+        eps = self.args.rms_norm_eps
+        if "final" in layers:
+            grab["final"] = _rms_norm(x, self.norm.weight, eps)
+        hidden = torch.cat([grab[i] for i in layers], -1) if layers else x[:, :0]
         if logits_at is not None:
             x = x[logits_at]
-        return F.linear(_rms_norm(x, self.norm.weight, self.args.rms_norm_eps), self.lm_head.weight).float()
+        normed = grab["final"][logits_at] if "final" in layers and logits_at is not None else (
+            grab["final"] if "final" in layers else _rms_norm(x, self.norm.weight, eps))
+        return F.linear(normed, self.lm_head.weight).float(), hidden
 
     @torch.inference_mode()
     def forward(  # type: ignore[override]

@@ -26,9 +26,29 @@ def draft_dir() -> Path:
     return _HERE / DRAFT_NAME
 
 
+EAGLE3_NAME = "tiny-eagle3"
+MTP_NAME = "tiny-mtp"
+
+
+def eagle3_dir() -> Path:
+    """Directory of the shipped EAGLE-3 head for the tiny target (vLLM's EAGLE-3 checkpoint format)."""
+    return _HERE / EAGLE3_NAME
+
+
+def mtp_dir() -> Path:
+    """Directory of the shipped MTP head for the tiny target (a DeepSeek-V3-style MTP layer)."""
+    return _HERE / MTP_NAME
+
+
+def heads_available() -> bool:
+    """True when both shipped hidden-state heads carry weights."""
+    return all((d / "model.safetensors").is_file() for d in (eagle3_dir(), mtp_dir()))
+
+
 def available() -> bool:
     """True when both shipped directories carry weights and a tokenizer."""
     return all((d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file() for d in (target_dir(), draft_dir()))
 
 
-__all__ = ["DRAFT_NAME", "TARGET_NAME", "available", "draft_dir", "target_dir"]
+__all__ = ["DRAFT_NAME", "EAGLE3_NAME", "MTP_NAME", "TARGET_NAME", "available", "draft_dir", "eagle3_dir",
+           "heads_available", "mtp_dir", "target_dir"]

@@ -1,0 +1,117 @@
+"""EAGLE-3 / MTP heads on tiny random models: the engine-side proposer (fed target hidden states step
+by step) drafts what a from-scratch recomputation of vLLM's loop drafts, and the one-pass replay
+accepts exactly what was accepted along an output built to accept a known number of drafts per step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specgauge.drafters._heads import HeadLoadError, head_config, load_head, new_head, save_head  # noqa: E402
+from specgauge.drafters.base import make_drafter, trace_from_runs  # noqa: E402
+from specgauge.engine.model import ModelArgs, load_model  # noqa: E402
+from specgauge.engine.testing import make_tiny_model  # noqa: E402
+
+V = 96
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("target"), vocab_size=V, hidden=32, layers=4, seed=5)
+
+
+@pytest.fixture(scope="module", params=["eagle3", "mtp"])
+def head_dir(request: pytest.FixtureRequest, target_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    args = ModelArgs.from_dir(target_dir)
+    target = load_model(target_dir)
+    if request.param == "eagle3":  # a draft vocabulary of 80 of the 96 ids: d2t is exercised
+        ids = torch.tensor(sorted(np.random.default_rng(1).choice(V, 80, replace=False).tolist()))
+        c = head_config("eagle3", args, draft_vocab_size=80, aux_layer_ids=(1, 2, 4))
+        head = new_head(c, target, ids, seed=2)
+    else:
+        head = new_head(head_config("mtp", args), target, seed=2)
+    for p in head.parameters():  # larger weights than the init: drafts that depend on their inputs
+        if p.requires_grad:
+            p.data.mul_(8.0 if p.dim() > 1 else 1.0)
+    return save_head(head, args, tmp_path_factory.mktemp(request.param), dtype=torch.float32)
+
+
+def _reference_drafts(drafter, hist: list[int], k: int) -> list[int]:
+    """vLLM's proposer recomputed from scratch for one history: the target's hidden states at every
+    position, the head's first pass over all of them, then k-1 chain steps (an independent loop)."""
+    h, tgt = drafter.head, drafter.target
+    T = len(hist) - 1
+    with torch.inference_mode():
+        _, hid = tgt.forward_flat_hidden(torch.tensor(hist[:-1]), [0], [0], [T], tgt.new_cache(1, T), drafter.hidden_layers)
+        pos = torch.arange(T)
+        q, kk, vv, res = h.qkv(torch.tensor(hist[1:]), pos, h.combine(hid))
+        logits, hh = h.finish(h.attend(q, [(kk, vv, pos[None, :] <= pos[:, None])]), res)
+        tok, hh = h.to_target(logits[-1:].argmax(-1)), hh[-1:]
+        out, keys = [int(tok)], [(kk, vv, torch.ones(1, T, dtype=torch.bool))]
+        for s in range(1, k):
+            q, k1, v1, res = h.qkv(tok, torch.tensor([T - 1 + s]), hh)
+            keys.append((k1, v1, None))
+            logits, hh = h.finish(h.attend(q, keys), res)
+            tok = h.to_target(logits.argmax(-1))
+            out.append(int(tok))
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_engine_proposer_and_replay_agree_on_a_built_output(head_dir: Path, target_dir: Path, k: int) -> None:
+    kind = "eagle3" if "eagle3" in head_dir.name else "mtp"
+    d = make_drafter(kind, model=str(head_dir), target=str(target_dir), num_speculative_tokens=k, max_model_len=256)
+    rng = np.random.default_rng(k)
+    prompt = rng.integers(0, V, 9).tolist()
+    out = [int(rng.integers(0, V))]
+    # steps as the engine takes them: feed the target's hidden rows of the verified positions, propose,
+    # accept a chosen number a of the drafts, then emit a token that differs from draft a+1
+    d.begin("r", prompt)
+    tgt = d.target
+
+    def rows(seq: list[int], start: int, stop: int):
+        with torch.inference_mode():
+            _, hid = tgt.forward_flat_hidden(torch.tensor(seq[:stop]), [0], [0], [stop], tgt.new_cache(1, stop), d.hidden_layers)
+        return hid[start:stop]
+
+    hist = prompt + out
+    d.observe_hidden("r", rows(hist, 0, len(prompt)))
+    planned: list[int] = []
+    while len(out) < 40:
+        drafts = d.propose("r", hist, k)
+        assert drafts == _reference_drafts(d, hist, k)
+        a = int(rng.integers(0, k + 1))
+        extra = int(rng.integers(0, V))
+        if a < k and extra == drafts[a]:
+            extra = (extra + 1) % V
+        new = drafts[:a] + [extra]
+        start = len(hist) - 1
+        hist, out = hist + new, out + new
+        planned.append(a)
+        d.observe_hidden("r", rows(hist, start, start + a + 1))
+    d.end("r", out)
+    assert sum(planned) > 0
+    runs, tf = d.replay_arrays(prompt, out, k)
+    trace = trace_from_runs(runs, k)
+    # the replay reproduces the planned acceptances (the last step may be cut by the output's end)
+    assert trace.accepted.tolist()[: len(planned) - 1] == planned[:-1]
+    assert tf[1] == (runs[1] > 0)  # draft 1 is teacher-forced: both figures agree there
+    assert (d.accept_runs(prompt, out, k) == runs).all()
+
+
+def test_bad_heads_are_clear_errors(head_dir: Path, target_dir: Path, tmp_path: Path) -> None:
+    other = make_tiny_model(tmp_path / "other", vocab_size=V + 4, hidden=32, layers=4, seed=1)
+    with pytest.raises(HeadLoadError, match="vocab_size"):
+        load_head(head_dir, load_model(other))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no config.json"):
+        make_drafter("eagle3", model=str(tmp_path / "empty"), target=str(target_dir))
+    with pytest.raises(ValueError, match="needs its target model"):
+        make_drafter("mtp", model=str(head_dir))
+    wrong = "mtp" if "eagle3" in head_dir.name else "eagle3"
+    with pytest.raises(ValueError, match=f"method '{wrong}' was asked for"):
+        make_drafter(wrong, model=str(head_dir), target=str(target_dir))
