@@ -70,24 +70,21 @@ def replay_by_stepping(
     return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
 
 
-def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
-    """Greedy draft model from one teacher-forced pass: ``match[j]`` says the draft's argmax at output
-    position j (given the true history) equals the logged token. A step at ``pos`` proposes k tokens;
-    token i is accepted iff tokens pos..pos+i all match (after a mismatch the history diverges, but
-    those tokens are rejected anyway), so accepted = min(k, run of matches from pos). Output token 0
-    comes from the prefill, so the first step is at pos 1."""
+def runs_from_matches(match: np.ndarray) -> np.ndarray:
+    """Per output position j, the run of consecutive matches from j (``match[j]``: a greedy draft's
+    argmax given the true history equals the logged token j): the draft tokens a step at j accepts
+    with an unbounded k. After a mismatch the history diverges, but those tokens are rejected anyway."""
     n = len(match)
     idx = np.arange(n)
     next_false = np.minimum.accumulate(np.where(match, n, idx)[::-1])[::-1] if n else idx
-    run = next_false - idx
-    drafted, accepted = [], []
-    pos = 1
-    while pos < n:
-        a = min(int(run[pos]), k)
-        drafted.append(k)
-        accepted.append(a)
-        pos += a + 1
-    return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
+    return next_false - idx
+
+
+def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
+    """Greedy draft model from one teacher-forced pass: ``match[j]`` says the draft's argmax at output
+    position j (given the true history) equals the logged token; the steps follow from
+    :func:`runs_from_matches` as for any :class:`WholeOutputReplay`."""
+    return trace_from_runs(runs_from_matches(match), k)
 
 
 def trace_from_runs(run: np.ndarray, k: int) -> ReplayTrace:
@@ -124,6 +121,11 @@ class Drafter(Protocol):
     kind: ClassVar[str]
     #: True when propose() is a deterministic function of the history (exact replay applies)
     deterministic: ClassVar[bool]
+    #: True when the drafter learns across requests (suffix decoding's global cache): a replay then
+    #: feeds each stream's requests in arrival order through one drafter; False: the proposal
+    #: depends on the request alone (n-gram, a draft model), so any order, any worker, gives the
+    #: same. A drafter that does not say is taken as stateful (the safe order).
+    stateful: ClassVar[bool]
 
     def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None: ...
 
@@ -161,6 +163,37 @@ def make_drafter(kind: str, **options: Any) -> Drafter:
     except KeyError:
         raise ValueError(f"unknown draft method {kind!r}; known: {', '.join(sorted(_REGISTRY))}") from None
     return factory(**options)
+
+
+def drafter_factory(kind: str) -> DrafterFactory | None:
+    """The registered factory of ``kind`` (None: no such drafter)."""
+    _load_plugins()
+    return _REGISTRY.get(kind)
+
+
+def is_stateful(kind: str) -> bool:
+    """Does a drafter of this kind carry state from one request to the next? (See ``Drafter.stateful``;
+    unknown kinds and drafters that do not say: yes.)"""
+    return bool(getattr(drafter_factory(kind), "stateful", True))
+
+
+def offers_whole_output(kind: str) -> bool:
+    """Does this kind's drafter implement :class:`WholeOutputReplay` (a model's one pass per output)?"""
+    return callable(getattr(drafter_factory(kind), "accept_runs", None))
+
+
+def accepted_options(kind: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` less the keys the factory of ``kind`` takes no parameter for (all of them when it
+    takes ``**kwargs``), so one option set (a whole ``--speculative-config``) serves every drafter."""
+    import inspect
+
+    factory = drafter_factory(kind)
+    if factory is None:
+        return options
+    params = inspect.signature(factory).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return options
+    return {k: v for k, v in options.items() if k in params}
 
 
 _plugins_loaded = False

@@ -7,8 +7,9 @@ replay theorem applies (``deterministic = True``). Two users:
   forward (no padding) catches each request's draft KV cache up with its history, then k-1
   single-token forwards extend every row; the drafts reach the host once, at the end. The cache keeps what it has computed; when the target rejects a draft the next
   history diverges and the cache is rolled back to the common prefix (no recomputation of the rest).
-* offline replay (``simulate``) calls ``teacher_forced_argmax`` / ``teacher_forced_logprobs``: one
-  forward pass over prompt + output gives the draft's prediction at every output position.
+* offline replay (``specgauge.offline``) calls ``accept_runs`` (the ``WholeOutputReplay`` contract, from
+  ``teacher_forced_argmax``) / ``teacher_forced_logprobs``: one forward pass over prompt + output gives
+  the draft's prediction at every output position.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specgauge.drafters.base import register_drafter
+from specgauge.drafters.base import register_drafter, runs_from_matches
 
 if TYPE_CHECKING:  # torch is imported on first use, so registering this drafter costs nothing
     import torch
@@ -48,6 +49,7 @@ class VocabMismatchError(ValueError):
 class DraftModelDrafter:
     kind = "draft_model"
     deterministic = True
+    stateful = False  # each request's drafts read its own history only
 
     def __init__(
         self,
@@ -171,6 +173,14 @@ class DraftModelDrafter:
     def teacher_forced_argmax(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> np.ndarray:
         """The greedy draft token for every output position: int64 array [len(output_ids)]."""
         return self.teacher_forced_logits(prompt_ids, output_ids).argmax(-1).numpy().astype(np.int64)
+
+    def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray:
+        """``WholeOutputReplay``: per output position, the draft tokens a greedy step there accepts
+        (capped at ``kmax``), from one teacher-forced pass: the draft's argmax matches the logged
+        token for a run of positions (after a mismatch the history diverges, but those tokens are
+        rejected anyway), so a chain of k tokens is accepted up to that run."""
+        match = self.teacher_forced_argmax(prompt_ids, output_ids) == np.asarray(output_ids, dtype=np.int64)
+        return np.minimum(runs_from_matches(match), kmax)
 
     def teacher_forced_logprobs(
         self, prompt_ids: Sequence[int], output_ids: Sequence[int], temperature: float = 1.0

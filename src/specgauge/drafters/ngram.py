@@ -54,6 +54,7 @@ class NgramDrafter:
 
     kind: ClassVar[str] = "ngram"
     deterministic: ClassVar[bool] = True
+    stateful: ClassVar[bool] = False  # the proposal reads the request's own history only
 
     def __init__(
         self,

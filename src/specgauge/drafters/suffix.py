@@ -126,6 +126,7 @@ class SuffixDrafter:
 
     kind: ClassVar[str] = "suffix"
     deterministic: ClassVar[bool] = True
+    stateful: ClassVar[bool] = True  # the global tree learns every output
 
     def __init__(
         self,

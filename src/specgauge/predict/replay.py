@@ -2,15 +2,16 @@
 
 The replay theorem (``shared/design.md``) makes a deterministic drafter's live steps on a logged output
 equal to the replayed ones, so these traces are what the server will do, step by step. Requests are
-planned as ``specgauge bench`` plans them (the first ``num_prompts``, cycling with ``~rN`` ids), and
-stateful drafters (suffix) see them in that order.
+planned as ``specgauge bench`` plans them (``workload.plan``: the first ``num_prompts``, cycling with
+``~rN`` ids), and stateful drafters (suffix) see them in that order. Loading, token ids and the replay
+itself are ``specgauge.offline``'s; this module adds the plan, the server's earlier requests and a cache.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,26 @@ import numpy as np
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import (
     ReplayTrace,
-    make_drafter,
-    replay_by_stepping,
-    trace_from_matches,
+    accepted_options,
+    is_stateful,
+    offers_whole_output,
+    trace_from_runs,
+)
+from specgauge.offline.replay import (
+    LazyTokenizer,
+    MethodReplay,
+    MethodSpec,
+    ReplayedRequest,
+    ReplayError,
+    replayed_request,
 )
 from specgauge.predict.law import is_model_method, method_kind
 from specgauge.predict.schedule import PlannedRequest
 from specgauge.predict.types import ProfileError
+from specgauge.workload.plan import plan_cycle
+
+#: teacher-forced accepted runs are computed capped at this k at least (one pass serves k <= it)
+WHOLE_OUTPUT_KMAX = 8
 
 
 @dataclass
@@ -36,10 +50,6 @@ class LoggedRequest:
     output_ids: list[int]
     exact: bool  #: token ids were logged (not re-tokenised text)
     greedy: bool = True  #: temperature 0: every run reproduces the logged output
-
-
-#: drafters whose proposals depend on the request alone (no state across requests)
-STATELESS = ("ngram",)
 
 
 def prior_requests(n: int, warmup: int = 0, earlier_runs: int = 0) -> list[int]:
@@ -73,66 +83,49 @@ class WorkloadReplay:
 
     def __init__(self, workload: Sequence[Path], tokenizer: Any = None, num_prompts: int | None = None,
                  load: Any = None, segment: str | None = None) -> None:
-        """``load``: ``LoadOptions`` (format, limit, segment_by); ``segment``: only that segment's requests."""
+        """``load``: ``LoadOptions`` (format, limit, segment_by); ``segment``: only that segment's requests;
+        ``tokenizer``: a tokenizer or its spec, loaded only if a request logs no token ids."""
         from specgauge.workload.loaders import LoadOptions, load_workload
 
         items = load_workload(list(workload), load or LoadOptions())
         if segment is not None:
             items = [it for it in items if it.request.segment == segment]
-        self.notes: list[str] = []
-        self._tok = tokenizer
-        base: list[LoggedRequest] = []
-        skipped = approx = 0
-        for it in items:
-            resp = it.response
-            if resp is None or not (resp.output_token_ids or resp.text):
-                skipped += 1
-                continue
-            prompt, out, exact = self._ids(it)
-            if not out:
-                skipped += 1
-                continue
-            approx += not exact
-            base.append(LoggedRequest(it.request.id, it.request.id, prompt, out, exact, it.request.temperature == 0))
-        if not base:
-            raise ProfileError(f"{', '.join(map(str, workload))}: no request has a logged response to replay; "
+        tok = LazyTokenizer(tokenizer)
+        replayed = [replayed_request(it, tok) for it in items]
+        reqs = [r for r in replayed if isinstance(r, ReplayedRequest)]
+        self._init(reqs, len(replayed) - len(reqs), num_prompts, ", ".join(map(str, workload)))
+
+    @classmethod
+    def from_replayed(cls, requests: Sequence[ReplayedRequest], skipped: int = 0, where: str = "the workload") -> WorkloadReplay:
+        """Over requests already tokenised (``specgauge.offline``), each once; ``skipped``: those left out
+        for lack of a logged output."""
+        self = cls.__new__(cls)
+        self._init(list(requests), skipped, None, where)
+        return self
+
+    def _init(self, reqs: list[ReplayedRequest], skipped: int, num_prompts: int | None, where: str) -> None:
+        if not reqs:
+            raise ProfileError(f"{where}: no request has a logged response to replay; "
                                "prediction needs the target's logged outputs (token ids)")
+        self.notes: list[str] = []
         if skipped:
             self.notes.append(f"{skipped} request(s) without a logged output were left out of the prediction")
+        approx = sum(not r.exact for r in reqs)
         if approx:
             self.notes.append(f"{approx} request(s) had no logged token ids: re-tokenised text, acceptance approximate")
-        n = num_prompts or len(base)
-        self.requests = []
-        for i in range(n):
-            r, j = divmod(i, len(base))
-            b = base[j]
-            self.requests.append(b if r == 0 else LoggedRequest(f"{b.id}~r{r}", b.id, b.prompt_ids, b.output_ids, b.exact, b.greedy))
+        base = [LoggedRequest(r.id, r.id, r.prompt_ids, r.output_ids, r.exact, r.greedy) for r in reqs]
+        self.requests = plan_cycle(base, num_prompts, lambda b, rid: replace(b, id=rid), lambda b: b.id)
         self._cache: dict[str, list[PlannedRequest]] = {}
-        self._matches: dict[str, dict[str, np.ndarray]] = {}
+        self._runs: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
 
-    def _ids(self, it: Any) -> tuple[list[int], list[int], bool]:
-        resp = it.response
-        exact = True
-        if resp.prompt_token_ids is not None:
-            prompt = list(resp.prompt_token_ids)
-        else:
-            prompt, exact = self._tokenizer().encode_request(it.request), False
-        if resp.output_token_ids is not None:
-            out = list(resp.output_token_ids)
-        else:
-            out, exact = self._tokenizer().encode(resp.text), False
-        return prompt, out, exact
+    def seed(self, spec: dict[str, Any] | None, traces: Sequence[ReplayTrace]) -> None:
+        """Traces replayed elsewhere (simulate's pass), one per planned request in order, as this
+        config's cold-server plan (no earlier requests)."""
+        self._cache[_cache_key(spec, (), False)] = [self._planned(r, t) for r, t in zip(self.requests, traces, strict=True)]
 
-    def _tokenizer(self) -> Any:
-        if self._tok is None:
-            from specgauge.api import resolve_tokenizer
-
-            self._tok = resolve_tokenizer(None)
-        elif isinstance(self._tok, str):
-            from specgauge.api import resolve_tokenizer
-
-            self._tok = resolve_tokenizer(self._tok)
-        return self._tok
+    @staticmethod
+    def _planned(r: LoggedRequest, tr: ReplayTrace) -> PlannedRequest:
+        return PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted, r.greedy)
 
     def planned(self, spec: dict[str, Any] | None, prior: Sequence[int] = (), sampled_repeat: bool = False) -> list[PlannedRequest]:
         """Traces of the planned requests under ``spec``. ``prior``: indices of planned requests the
@@ -142,68 +135,69 @@ class WorkloadReplay:
         server that repeats its sampled outputs exactly, e.g. seeded without speculation noise). Stateless
         drafters ignore it."""
         method = resolve_spec(spec)[0]
-        prior = tuple(prior) if method is not None and method not in STATELESS else ()
+        prior = tuple(prior) if method is not None and is_stateful(method) else ()
         sampled_repeat = sampled_repeat and bool(prior)
-        key = config_key(spec) + repr(prior) + repr(sampled_repeat)
+        key = _cache_key(spec, prior, sampled_repeat)
         if key not in self._cache:
             self._cache[key] = self._replay(spec, prior, sampled_repeat)
         return self._cache[key]
 
     def _replay(self, spec: dict[str, Any] | None, prior: tuple[int, ...] = (), sampled_repeat: bool = False) -> list[PlannedRequest]:
         method, k, cfg = resolve_spec(spec)
-        out: list[PlannedRequest] = []
         if method is None:
+            out: list[PlannedRequest] = []
             for r in self.requests:
-                steps = max(0, len(r.output_ids) - 1)
-                z = np.zeros(steps, dtype=np.int64)
+                z = np.zeros(max(0, len(r.output_ids) - 1), dtype=np.int64)
                 out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), z, z, r.greedy))
             return out
         assert cfg is not None
+        mspec = MethodSpec.from_config(cfg, method)
+        if offers_whole_output(method):
+            runs = self._whole_output_runs(mspec, k, spec)
+            return [self._planned(r, trace_from_runs(runs[r.base_id], k)) for r in self.requests]
         if is_model_method(method):
-            if method != "draft_model" or not cfg.model:
-                raise ProfileError(f"speculative config {json.dumps(spec)}: offline replay supports draft_model "
-                                   "(greedy) but not {method}")
-            matches = self._draft_matches(cfg.model)
-            for r in self.requests:
-                tr = trace_from_matches(matches[r.base_id], k)
-                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted, r.greedy))
-            return out
-        opts = {k2: v for k2, v in cfg.model_dump().items() if v is not None and k2 not in ("method", "model")}
-        try:
-            drafter = make_drafter(method, **_accepted_options(method, opts))
-        except (TypeError, ValueError) as e:
-            raise ProfileError(f"speculative config {json.dumps(spec)}: {e}") from None
-        stateless = method in STATELESS
+            raise ProfileError(f"speculative config {json.dumps(spec)}: no offline replay of {method} here "
+                               "(its drafter is not installed)")
+        mr = self._method(mspec, k, spec)
         for n, i in enumerate(prior):  # what the server's drafter learned before this run
             r = self.requests[i % len(self.requests)]
             if not r.greedy and not sampled_repeat:  # it came out differently then: what it taught is unknown
                 continue
-            fast = getattr(drafter, "replay", None)
-            rid = f"{r.id}~prior{n}"
-            fast(rid, r.prompt_ids, r.output_ids, k) if fast else replay_by_stepping(drafter, rid, r.prompt_ids, r.output_ids, k)
+            mr.traces(f"{r.id}~prior{n}", "the server's earlier requests", r.prompt_ids, r.output_ids)
         seen: dict[str, ReplayTrace] = {}
+        out = []
         for r in self.requests:
-            if stateless and r.base_id in seen:
+            if not mr.stateful and r.base_id in seen:
                 tr = seen[r.base_id]
             else:
-                fast = getattr(drafter, "replay", None)
-                tr = fast(r.id, r.prompt_ids, r.output_ids, k) if fast else replay_by_stepping(drafter, r.id, r.prompt_ids, r.output_ids, k)
-                seen[r.base_id] = tr
-            out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted, r.greedy))
+                tr = seen[r.base_id] = mr.traces(r.id, "the planned requests", r.prompt_ids, r.output_ids)[k]
+            out.append(self._planned(r, tr))
         return out
 
-    def _draft_matches(self, model: str) -> dict[str, np.ndarray]:
-        if model not in self._matches:
-            if not Path(model).is_dir():
+    @staticmethod
+    def _method(mspec: MethodSpec, k: int, spec: dict[str, Any] | None) -> MethodReplay:
+        try:
+            return MethodReplay(mspec, [k], where=f"speculative config {json.dumps(spec)}")
+        except ReplayError as e:
+            raise ProfileError(str(e)) from None
+
+    def _whole_output_runs(self, mspec: MethodSpec, k: int, spec: dict[str, Any] | None) -> dict[str, np.ndarray]:
+        """Accepted runs per base request of a whole-output drafter (a draft model: one teacher-forced
+        pass each), cached per model and reused for every k up to the cap they were computed at."""
+        key = json.dumps(mspec.options, sort_keys=True, default=str)
+        kmax, runs = self._runs.get(key, (0, {}))
+        if k > kmax:
+            model = mspec.options.get("model")
+            if model is not None and not Path(model).is_dir():
                 raise ProfileError(f"draft model {model!r}: no such directory (needed to replay its drafts)")
-            d = make_drafter("draft_model", model=model, num_speculative_tokens=1)
-            m: dict[str, np.ndarray] = {}
+            kmax = max(k, WHOLE_OUTPUT_KMAX)
+            mr = self._method(mspec, kmax, spec)
+            runs = {}
             for r in self.requests:
-                if r.base_id not in m:
-                    pred = d.teacher_forced_argmax(r.prompt_ids, r.output_ids)  # type: ignore[attr-defined]
-                    m[r.base_id] = np.asarray(pred) == np.asarray(r.output_ids)
-            self._matches[model] = m
-        return self._matches[model]
+                if r.base_id not in runs:
+                    runs[r.base_id] = mr.model.accept_runs(r.prompt_ids, r.output_ids, kmax)
+            self._runs[key] = (kmax, runs)
+        return runs
 
     def drop(self, ids: set[str] | frozenset[str]) -> int:
         """Leave out planned requests (by planned id) that the server refused: it never ran them, so they
@@ -217,15 +211,14 @@ class WorkloadReplay:
 
     def live(self, spec: dict[str, Any] | None) -> Any:
         """A function from a bench record to its replay on the record's own token ids (``None`` when the
-        record has none), for a stateless drafter; ``None`` for any other config. The server proposed
-        from the live context, so these are its proposals even for a sampled request."""
+        record has none), for a stateless drafter without a model (n-gram); ``None`` for any other config.
+        The server proposed from the live context, so these are its proposals even for a sampled request."""
         method, k, cfg = resolve_spec(spec)
-        if method is None or method not in STATELESS or cfg is None:
+        if method is None or cfg is None or is_stateful(method) or offers_whole_output(method) or is_model_method(method):
             return None
-        opts = {k2: v for k2, v in cfg.model_dump().items() if v is not None and k2 not in ("method", "model")}
         try:
-            drafter = make_drafter(method, **_accepted_options(method, opts))
-        except (TypeError, ValueError):
+            mr = MethodReplay(MethodSpec.from_config(cfg, method), [k])
+        except ReplayError:
             return None
         greedy = {r.id: r.greedy for r in self.requests}
 
@@ -234,8 +227,7 @@ class WorkloadReplay:
             prompt, out = extra.get("prompt_token_ids"), extra.get("output_token_ids")
             if not isinstance(prompt, list) or not isinstance(out, list) or not out:
                 return None
-            fast = getattr(drafter, "replay", None)
-            tr = fast(rec.id, prompt, out, k) if fast else replay_by_stepping(drafter, rec.id, prompt, out, k)
+            tr = mr.traces(rec.id, "the bench record", prompt, out)[k]
             return PlannedRequest(rec.id, len(prompt), len(out), tr.drafted, tr.accepted, greedy.get(rec.id, True))
 
         return one
@@ -248,16 +240,10 @@ class WorkloadReplay:
         return {p.id: p for p in self.planned(spec, prior, sampled_repeat)}
 
 
+def _cache_key(spec: dict[str, Any] | None, prior: tuple[int, ...], sampled_repeat: bool) -> str:
+    return config_key(spec) + repr(prior) + repr(sampled_repeat)
+
+
 def _accepted_options(method: str, opts: dict[str, Any]) -> dict[str, Any]:
-    import inspect
-
-    from specgauge.drafters.base import _REGISTRY, _load_plugins
-
-    _load_plugins()
-    factory = _REGISTRY.get(method)
-    if factory is None:
-        return opts
-    params = inspect.signature(factory).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return opts
-    return {k: v for k, v in opts.items() if k in params}
+    """``drafters.base.accepted_options`` (kept for ``scripted_server``)."""
+    return accepted_options(method, opts)

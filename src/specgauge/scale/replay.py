@@ -35,13 +35,13 @@ from pydantic import BaseModel, Field
 from specgauge.scale import ScaleError, require_ray
 from specgauge.scale.cluster import AUTO, connect, data_context, disconnect
 from specgauge.simulate.replay import RequestAcceptance
+from specgauge.drafters.base import is_stateful, offers_whole_output
 from specgauge.simulate.run import (
     ReplayTally,
     SimulateConfig,
     SimulateResult,
     method_specs,
     stream_note,
-    stream_ordered,
 )
 from specgauge.workload.loaders import file_kinds, segment_rule
 from specgauge.workload.reader import WorkloadError
@@ -140,7 +140,7 @@ def simulate_on_ray(
     """``simulate(cfg, tok)`` on a Ray cluster: the same ``SimulateResult``, plus how it was spread."""
     rcfg = rcfg or RayReplayConfig()
     specs = method_specs(cfg)
-    if cfg.draft_sampling != "greedy" and any(s.kind == "draft_model" for s in specs):
+    if any(s.probabilistic for s in specs):
         raise ScaleError("--ray: --draft-sampling probabilistic is not distributed; run it without --ray")
     paths = [Path(p) for p in cfg.workload]
     kinds = file_kinds(paths, cfg.load)  # detection as the single-process run does it (empty files fail here)
@@ -174,9 +174,9 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
     )
     blocks = records.to_arrow_refs()
 
-    per_request = [i for i, s in enumerate(specs) if not stream_ordered(s.kind)]
-    ordered = [i for i, s in enumerate(specs) if stream_ordered(s.kind)]
-    wants_model = any(specs[i].kind == "draft_model" for i in per_request)
+    per_request = [i for i, s in enumerate(specs) if not is_stateful(s.kind)]
+    ordered = [i for i, s in enumerate(specs) if is_stateful(s.kind)]
+    wants_model = any(offers_whole_output(specs[i].kind) for i in per_request)  # loads weights: once per actor
 
     # stream-ordered methods: tasks over the ordered record blocks
     # k (and the method) already make len(ordered) x len(ks) independent streams; more groups of

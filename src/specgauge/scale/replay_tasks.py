@@ -25,21 +25,22 @@ import pyarrow as pa
 
 from specgauge.errors import UserError
 from specgauge.simulate.replay import RequestAcceptance
+from specgauge.offline.replay import EMPTY_OUTPUT, NO_RESPONSE, MethodReplay, ReplayedRequest, replayed_request
 from specgauge.simulate.run import (
     MethodSpec,
     SimulateConfig,
     SimulateError,
-    _MethodRunner,
-    _token_ids,
+    method_replays,
     method_specs,
 )
 from specgauge.workload.loaders import LoadReport, iter_file_items, segment_rule
 from specgauge.workload.reader import WorkloadError
-from specgauge.workload.tokenizer import Tokenizer, model_match
+from specgauge.workload.tokenizer import Tokenizer
 
 SEQ_SHIFT = 32
 HEADER = -1  #: midx of a header row
 ITEM_KINDS = ("item", "noresp", "empty", "idserror")  #: records that count as workload items
+_SKIP_KIND = {NO_RESPONSE: "noresp", EMPTY_OUTPUT: "empty"}
 
 RECORDS = pa.schema([
     ("seq", pa.int64()), ("kind", pa.string()), ("id", pa.string()), ("source", pa.string()),
@@ -176,20 +177,21 @@ def read_files(batch: pa.Table, cfg_json: str, batch_outputs: Sequence[str], blo
             req = item.request
             if seg is not None:
                 req.segment = seg(req)
+            stream = part(req) if part is not None else ""
             row: dict[str, Any] = {"seq": (fi << SEQ_SHIFT) | ordinal, "id": req.id, "source": item.source,
-                                   "segment": req.segment, "stream": part(req) if part is not None else ""}
+                                   "segment": req.segment, "stream": stream}
             ordinal += 1
-            if item.response is None:
-                row["kind"] = "noresp"
+            try:
+                rr = replayed_request(item, tok, stream)
+            except SimulateError as e:
+                row.update(kind="idserror", **_err_fields(e))
             else:
-                try:
-                    prompt, out, exact = _token_ids(item, tok)
-                except SimulateError as e:
-                    row.update(kind="idserror", **_err_fields(e))
+                if isinstance(rr, ReplayedRequest):
+                    row.update(kind="item", exact=rr.exact, prompt=rr.prompt_ids, out=rr.output_ids,
+                               match=_match_code(rr.model_match))
+                    buf.tokens += len(rr.prompt_ids) + len(rr.output_ids)
                 else:
-                    row.update(kind="item" if out else "empty", exact=exact, prompt=prompt, out=out,
-                               match=_match_code(None if exact else model_match(tok, item.named_model())))
-                    buf.tokens += len(prompt) + len(out)
+                    row["kind"] = _SKIP_KIND[rr]
             buf.add(**row)
             if buf.tokens >= block_tokens:
                 yield buf.take()
@@ -209,11 +211,11 @@ def _result(buf: _Columns, seq: int, midx: int, ra: RequestAcceptance, role: str
             drafts=ra.drafts, draft_tokens=ra.draft_tokens, accepted_tokens=ra.accepted_tokens, ra=ra.model_dump_json())
 
 
-def _replay_one(runner: _MethodRunner, buf: _Columns, midx: int, r: dict[str, Any], ks: Sequence[int] | None = None,
+def _replay_one(runner: MethodReplay, buf: _Columns, midx: int, r: dict[str, Any], ks: Sequence[int] | None = None,
                 role: str = "result", emit: bool = True) -> bool:
     """Replays one record for one method; False after an error row (the stream stops there)."""
     try:
-        traces = runner.run_ids(r["id"], r["source"], r["prompt"], r["out"], r["stream"], ks)
+        traces = runner.traces(r["id"], r["source"], r["prompt"], r["out"], r["stream"], ks)
     except UserError as e:
         buf.add(seq=r["seq"], midx=midx, k=0, role="error", kind="idserror", id=r["id"], **_err_fields(e))
         return False
@@ -233,8 +235,7 @@ class PerRequestReplay:
     def __init__(self, cfg_json: str, midxs: Sequence[int]) -> None:
         cfg = SimulateConfig.model_validate_json(cfg_json)
         specs = method_specs(cfg)
-        tok = tokenizer(cfg.tokenizer)
-        self.runners = [(i, _MethodRunner(specs[i], cfg.ks, tok)) for i in midxs]
+        self.runners = list(zip(midxs, method_replays([specs[i] for i in midxs], cfg.ks, tokenizer(cfg.tokenizer)), strict=True))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         buf = _Columns(ROWS)
@@ -277,7 +278,7 @@ def replay_streams(
 
     cfg = SimulateConfig.model_validate_json(cfg_json)
     spec: MethodSpec = method_specs(cfg)[midx]
-    runner = _MethodRunner(spec, [k], tokenizer(cfg.tokenizer))
+    (runner,) = method_replays([spec], [k], tokenizer(cfg.tokenizer))
     hi = hi_seq if hi_seq is not None else 1 << 62
     buf = _Columns(ROWS)
     seen: set[str] = set()  # a duplicate id is skipped by the driver; its cache must not learn it either

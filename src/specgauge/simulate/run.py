@@ -15,20 +15,19 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.config import ConfigError, SpeculativeConfig
-from specgauge.drafters.base import (  # trace_from_matches re-exported
-    Drafter,
-    ReplayTrace,
-    make_drafter,
-    replay_by_stepping,
-    trace_from_matches,
+from specgauge.drafters.base import ReplayTrace, is_stateful, trace_from_matches  # noqa: F401  (trace_from_matches: re-exported)
+from specgauge.offline.replay import (
+    MethodReplay,
+    MethodSpec,
+    ReplayedRequest,
+    ReplayError,
+    replayed_request,
 )
-from specgauge.errors import UserError
 from specgauge.simulate.cost_model import (
     CostProfiles,
     SpeedupPrediction,
@@ -51,54 +50,11 @@ from specgauge.workload.loaders import (
     segment_rule,
 )
 from specgauge.workload.schema import WorkloadItem
-from specgauge.workload.tokenizer import Tokenizer, model_match
+from specgauge.workload.tokenizer import Tokenizer
 from specgauge.workload.tokenizer import describe as describe_tokenizer
 
-MODEL_FREE = ("ngram", "suffix")
-
-
-class SimulateError(UserError, ValueError):
-    pass
-
-
-class MethodSpec(BaseModel):
-    """One draft method to replay: ``ngram``, ``suffix`` or ``draft_model:PATH`` (plugins by kind)."""
-
-    label: str
-    kind: str
-    options: dict[str, Any] = Field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, text: str, spec: SpeculativeConfig | None = None, draft_sampling: str = "greedy") -> MethodSpec:
-        text = text.strip()
-        kind, _, arg = text.partition(":")
-        kind = {"draft": "draft_model", "prompt_lookup": "ngram"}.get(kind, kind)
-        opts: dict[str, Any] = {}
-        if spec is not None and spec.method == kind:
-            opts.update({k: v for k, v in spec.model_dump().items() if v is not None and k not in ("method", "model")})
-            if kind == "draft_model" and spec.model and not arg:
-                arg = spec.model
-        if kind == "draft_model":
-            if not arg:
-                raise SimulateError(f"--method {text}: a draft model needs its directory: draft_model:PATH")
-            if not Path(arg).is_dir():
-                raise SimulateError(f"--method {text}: no such directory {arg!r}")
-            if draft_sampling not in ("greedy", "probabilistic"):
-                raise SimulateError(f"--draft-sampling {draft_sampling!r}: expected greedy or probabilistic")
-            return cls(label=f"draft_model:{Path(arg).name}", kind=kind, options={"model": arg, "sampling": draft_sampling})
-        return cls(label=kind, kind=kind, options=opts)
-
-    def drafter_options(self, k: int) -> dict[str, Any]:
-        """Options for one k, completed with vLLM's defaults through ``SpeculativeConfig``."""
-        if self.kind == "draft_model":
-            return {"model": self.options["model"], "num_speculative_tokens": k}
-        if self.kind in MODEL_FREE:
-            cfg = SpeculativeConfig.model_validate({**self.options, "method": self.kind, "num_speculative_tokens": k})
-            keep = ("prompt_lookup_min", "prompt_lookup_max") if self.kind == "ngram" else tuple(
-                n for n in SpeculativeConfig.model_fields if n.startswith("suffix_decoding_")
-            )
-            return {"num_speculative_tokens": k, **{n: getattr(cfg, n) for n in keep}}
-        return {**self.options, "num_speculative_tokens": k}
+#: simulate's errors are the offline replay's (a bad --method, a request that cannot be replayed)
+SimulateError = ReplayError
 
 
 def parse_ks(text: str) -> list[int]:
@@ -158,101 +114,20 @@ class SimulateResult(BaseModel):
     probabilistic: dict[str, list[ProbabilisticSummary]] = Field(default_factory=dict)
 
 
-def _token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int], bool]:
-    req, resp = item.request, item.response
-    assert resp is not None
-    exact = True
-    if resp.prompt_token_ids is not None:
-        prompt = resp.prompt_token_ids
-    else:
-        prompt = tok.encode_request(req)
-        exact = tok.exact and isinstance(req.prompt, list)  # re-rendered chat prompts are approximate
-    if resp.output_token_ids is not None:
-        out = resp.output_token_ids
-    else:
-        out, exact = tok.encode(resp.text), False
-    vs = tok.vocab_size
-    if vs is not None and tok.exact:
-        for field, ids in (("response.prompt_token_ids", prompt), ("response.output_token_ids", out)):
-            bad = next((t for t in ids if t >= vs), None)
-            if bad is not None:
-                raise SimulateError(
-                    f"{item.source}: request {req.id}: {field}: token id {bad} is outside the tokenizer's vocabulary "
-                    f"(size {vs}); were these ids made by another model's tokenizer?"
-                )
-    return prompt, out, exact
+def alphas(runner: MethodReplay, item: WorkloadItem, req: ReplayedRequest) -> np.ndarray:
+    """Per-position acceptance lower bound for a sampling draft model (needs target logprobs)."""
+    assert item.response is not None and item.response.top_logprobs is not None
+    t = item.request.temperature or 1.0
+    try:
+        logq = runner.model.teacher_forced_logprobs(req.prompt_ids, req.output_ids, temperature=t)
+    except ValueError as e:
+        raise SimulateError(f"{item.source}: request {req.id}: --method {runner.spec.label}: {e}") from None
+    return alpha_lower_bound(logq, item.response.top_logprobs)
 
 
-#: drafters whose proposal depends on the request alone; every other kind (suffix, plugins) may learn
-#: across requests, so its replay keeps each stream in arrival order
-PER_REQUEST_KINDS = ("ngram", "draft_model")
-
-
-def stream_ordered(kind: str) -> bool:
-    """True when a drafter of this kind carries state from one request to the next (suffix's cache)."""
-    return kind not in PER_REQUEST_KINDS
-
-
-class _MethodRunner:
-    """Replays one method for every k on one request."""
-
-    def __init__(self, spec: MethodSpec, ks: Sequence[int], tok: Tokenizer) -> None:
-        self.spec, self.ks = spec, list(ks)
-        try:
-            if spec.kind == "draft_model":
-                self.model = make_drafter("draft_model", **spec.drafter_options(max(ks)), target_vocab_size=tok.vocab_size)
-                self.drafters: dict[int, Drafter] = {}
-            else:
-                self.drafters = {k: make_drafter(spec.kind, **spec.drafter_options(k)) for k in ks}
-        except (ValueError, TypeError, OSError) as e:
-            raise SimulateError(f"--method {spec.label}: {e}") from None
-        #: stream (partition value) -> its own drafters, for kinds that learn across requests
-        self._streams: dict[str, dict[int, Drafter]] = {"": self.drafters}
-
-    def _drafters(self, stream: str) -> dict[int, Drafter]:
-        if not stream_ordered(self.spec.kind):
-            return self.drafters
-        d = self._streams.get(stream)
-        if d is None:
-            d = self._streams[stream] = {k: make_drafter(self.spec.kind, **self.spec.drafter_options(k)) for k in self.ks}
-        return d
-
-    @property
-    def probabilistic(self) -> bool:
-        return self.spec.options.get("sampling") == "probabilistic"
-
-    def run(self, item: WorkloadItem, prompt: list[int], out: list[int], stream: str = "") -> dict[int, ReplayTrace]:
-        return self.run_ids(item.request.id, item.source, prompt, out, stream)
-
-    def run_ids(self, rid: str, source: str, prompt: list[int], out: list[int], stream: str = "",
-                ks: Sequence[int] | None = None) -> dict[int, ReplayTrace]:
-        """Traces for ``ks`` (default: every k) of one request, from its token ids; ``stream`` picks
-        the cache of a stream-ordered drafter."""
-        ks = self.ks if ks is None else ks
-        try:
-            if self.spec.kind == "draft_model":
-                pred = self.model.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
-                match = np.asarray(pred) == np.asarray(out)
-                return {k: trace_from_matches(match, k) for k in ks}
-            traces = {}
-            drafters = self._drafters(stream)
-            for k in ks:
-                d = drafters[k]
-                fast = getattr(d, "replay", None)
-                traces[k] = fast(rid, prompt, out, k) if fast is not None else replay_by_stepping(d, rid, prompt, out, k)
-            return traces
-        except (ValueError, IndexError) as e:
-            raise SimulateError(f"{source}: request {rid}: --method {self.spec.label}: {e}") from None
-
-    def alphas(self, item: WorkloadItem, prompt: list[int], out: list[int]) -> np.ndarray:
-        """Per-position acceptance lower bound for a sampling draft model (needs target logprobs)."""
-        assert item.response is not None and item.response.top_logprobs is not None
-        t = item.request.temperature or 1.0
-        try:
-            logq = self.model.teacher_forced_logprobs(prompt, out, temperature=t)  # type: ignore[attr-defined]
-        except ValueError as e:
-            raise SimulateError(f"{item.source}: request {item.request.id}: --method {self.spec.label}: {e}") from None
-        return alpha_lower_bound(logq, item.response.top_logprobs)
+def method_replays(specs: Sequence[MethodSpec], ks: Sequence[int], tok: Tokenizer) -> list[MethodReplay]:
+    """One ``MethodReplay`` per method (a draft model checked against the target's vocabulary)."""
+    return [MethodReplay(s, ks, target_vocab_size=tok.vocab_size, bounds=True) for s in specs]  # bounds: suffix's
 
 
 def method_specs(cfg: SimulateConfig) -> list[MethodSpec]:
@@ -289,9 +164,30 @@ class ReplayTally:
         self.approx_models: Counter[str] = Counter()  # re-tokenised requests: own / other model's tokenizer / unknown
         self.notes: list[str] = []
         self._sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
+        #: for the calibrated law: the replayed requests and their traces per (method, k), kept from this
+        #: one pass (``add_traces``), so the prediction neither reloads nor replays the workload
+        self.kept: list[ReplayedRequest] = []
+        self.kept_traces: dict[tuple[str, int], list[ReplayTrace]] = {}
+        self.kept_skips: Counter[str] = Counter()  # requests without output, per segment ("" = all)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
+
+    def skip_request(self, reason: str, segment: str) -> None:
+        """A workload request with nothing to replay (``reason``: no response, empty output)."""
+        self.skip(reason)
+        if self.fitted is not None:
+            self.kept_skips.update(["", segment] if segment else [""])
+
+    def add_traces(self, req: ReplayedRequest, label: str, traces: dict[int, ReplayTrace], keep: bool = True) -> None:
+        """One request's traces for one method: a row per k, and (``keep``) the traces for the law."""
+        for k, trace in traces.items():
+            self.add(RequestAcceptance.from_trace(trace, req.id, req.segment, label, k, len(req.output_ids), req.exact))
+        if keep and self.fitted is not None:
+            if not self.kept or self.kept[-1] is not req:
+                self.kept.append(req)
+            for k, trace in traces.items():
+                self.kept_traces.setdefault((label, k), []).append(trace)
 
     def begin_request(self, exact: bool, model_match: bool | None) -> None:
         """A request with output is about to be replayed; ``model_match`` (re-tokenised ones): is the
@@ -364,12 +260,19 @@ class ReplayTally:
 
 
     def _fitted_predictions(self, segments: list[str]) -> dict[str, dict[tuple[str, int, int], SpeedupPrediction]]:
-        from specgauge.predict.bridge import predict_grid
+        from specgauge.predict.bridge import predict_grid, replays_from_traces
+        from specgauge.predict.replay import WorkloadReplay
 
-        specs = [s for s in method_specs(self.cfg) if s.options.get("sampling") != "probabilistic"]
+        specs = [s for s in method_specs(self.cfg) if not s.probabilistic]
+        methods = [(s.label, s.kind, s.drafter_options) for s in specs]
         assert self.fitted is not None
-        grid = predict_grid(self.fitted, self.cfg.workload, [(s.label, s.kind, s.drafter_options) for s in specs],
-                            self.cfg.ks, self.cfg.batch_sizes, load=self.cfg.load, segments=segments, tokenizer=self.tok)
+        if self.kept or not self.n:  # this pass kept what the law needs
+            replays = replays_from_traces(self.kept, self.kept_traces, self.kept_skips, methods, segments,
+                                          ", ".join(map(str, self.cfg.workload)))
+        else:  # rows merged from elsewhere (--ray): the planner replays the workload itself
+            replays = {seg: WorkloadReplay(self.cfg.workload, self.tok, None, load=self.cfg.load, segment=seg or None)
+                       for seg in ["", *segments]}
+        grid = predict_grid(self.fitted, replays, methods, self.cfg.ks, self.cfg.batch_sizes)
         return {seg: {key: SpeedupPrediction(method=key[0], k=key[1], batch=key[2], tokens_per_step=None,
                                              predicted_speedup=p.speedup, low=p.speedup_low, high=p.speedup_high,
                                              extrapolated=p.extrapolated, note="; ".join(p.notes) or None,
@@ -378,34 +281,30 @@ class ReplayTally:
 
 
 def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], None] | None = None) -> SimulateResult:
+    """One pass over the workload: each request tokenised once and replayed through every method at
+    every k (``specgauge.offline``); the tables and, with a fitted ``--cost-profile``, the calibrated
+    predictions come from this one replay."""
     specs = method_specs(cfg)
-    runners = [_MethodRunner(s, cfg.ks, tok) for s in specs]
+    runners = method_replays(specs, cfg.ks, tok)
     tally = ReplayTally(cfg, [s.label for s in specs], tok)
     stream_of = segment_rule(cfg.partition_by)
     try:
         for item in iter_workload(cfg.workload, cfg.load, tally.report):
-            resp = item.response
-            if resp is None:
-                tally.skip("no logged response")
+            req = replayed_request(item, tok, stream_of(item.request) if stream_of is not None else "")
+            if isinstance(req, str):
+                tally.skip_request(req, item.request.segment)
                 continue
-            prompt, out, exact = _token_ids(item, tok)
-            if not out:
-                tally.skip("empty logged output")
-                continue
-            tally.begin_request(exact, None if exact else model_match(tok, item.named_model()))
-            seg = item.request.segment
-            stream = stream_of(item.request) if stream_of is not None else ""
+            tally.begin_request(req.exact, req.model_match)
             for r in runners:
-                if r.probabilistic and (item.request.temperature or 0) > 0:
-                    if resp.top_logprobs is None:
+                if r.spec.probabilistic and (req.temperature or 0) > 0:
+                    if item.response is None or item.response.top_logprobs is None:
                         tally.skip(f"{r.spec.label}: no target logprobs for probabilistic drafting")
                         continue
-                    alphas = r.alphas(item, prompt, out)
+                    a = alphas(r, item, req)
                     for k in r.ks:
-                        tally.add_alphas(seg, r.spec.label, k, alphas)
+                        tally.add_alphas(req.segment, r.spec.label, k, a)
                     continue
-                for k, trace in r.run(item, prompt, out, stream).items():
-                    tally.add(RequestAcceptance.from_trace(trace, item.request.id, seg, r.spec.label, k, len(out), exact))
+                tally.add_traces(req, r.spec.label, r.replay(req), keep=not r.spec.probabilistic)
             n = tally.end_request()
             if on_request is not None:
                 on_request(n)
@@ -417,7 +316,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
 
 
 def stream_note(partition_by: str | None, specs: Sequence[MethodSpec]) -> str:
-    ordered = [s.label for s in specs if stream_ordered(s.kind)]
+    ordered = [s.label for s in specs if is_stateful(s.kind)]
     what = ", ".join(ordered) if ordered else "no method here"
     return (f"--partition-by {partition_by}: one cache per value of {partition_by} (as one server each), each "
             f"replayed in arrival order ({what}); per-request methods do not depend on it")

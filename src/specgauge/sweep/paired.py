@@ -136,11 +136,12 @@ def run_paired(cells: Sequence[CellSpec], target: ServerTarget, workload: Sequen
 
 def _stateless(spec: dict[str, Any]) -> bool:
     """The drafter keeps nothing from one request to the next (n-gram, a draft model)."""
+    from specgauge.drafters.base import is_stateful
     from specgauge.predict.law import is_model_method
-    from specgauge.predict.replay import STATELESS, resolve_spec
+    from specgauge.predict.replay import resolve_spec
 
     method = resolve_spec(spec)[0]
-    return method in STATELESS or is_model_method(method)
+    return method is not None and (not is_stateful(method) or is_model_method(method))
 
 
 def paired_speedup(runs: Sequence[PairedRun], resamples: int = 2000) -> tuple[float, float | None, float | None, list[float]]:
