@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -406,6 +407,9 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
     from specgauge.workload.loaders import LoadOptions, load_workload
 
     percentiles, selected = cfg.percentiles(), cfg.selected_metrics()
+    if cfg.api_key is not None and (urlsplit(cfg.base_url).username is not None or urlsplit(cfg.base_url).password is not None):
+        raise BenchError(f"--base-url {public_url(cfg.base_url)} carries user:password and --api-key is given: one "
+                         "Authorization header cannot hold both; drop one")
     try:
         goodput = parse_goodput(cfg.goodput)
     except ValueError as e:
@@ -431,8 +435,22 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
         raise BenchError(f"{results.path} already holds {len(existing)} results; pass --resume to continue it, or another --output-dir")
     run = RunRecord(specgauge_version=__version__, started_at=time.time(), config=cfg.public(), dialect=cfg.dialect)
     sessions: list[dict[str, Any]] = []
+    planned = {r.id for r in reqs}
+    strangers = [r.id for r in existing if r.id not in planned]
+    if strangers:  # records of another workload (or --num-prompts / --seed): resuming would mix two runs
+        raise BenchError(f"--resume: {results.path} holds {len(strangers)} records this workload does not plan (e.g. "
+                         f"{strangers[0]!r}); it belongs to another run: use another --output-dir")
     if cfg.resume and run_path.exists():
-        prev = json.loads(run_path.read_text())
+        try:
+            prev = json.loads(run_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise BenchError(f"--resume: {run_path} is unreadable ({str(e).splitlines()[0]}); move it away to resume") from None
+        if not isinstance(prev, dict):
+            raise BenchError(f"--resume: {run_path} is not a specgauge run record; move it away to resume")
+        pw = prev.get("config", {}).get("workload")
+        if pw is not None and pw != run.config.get("workload"):
+            raise BenchError(f"--resume: {out} was run with workload {pw!r}, not {run.config.get('workload')!r}; resuming "
+                             "would mix two workloads' records: use another --output-dir")
         sessions = prev.get("sessions", [])
         run.warnings = list(prev.get("warnings", []))
         run.started_at = prev.get("started_at", run.started_at)
@@ -465,10 +483,18 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
         if sess:
             sessions.append(sess)
         run.sessions = sessions
-        _write_json(run_path, run.model_dump(mode="json"))
+        _write_kept(run_path, run.model_dump(mode="json"), results.path)
     records = results.existing()
     summary = summarize(records, sessions, run, cfg.public(), percentiles, selected, goodput)
     summary["specgauge"]["replay_check"] = check_bench_run(  # does the server accept what its outputs allow?
         records, cfg.speculative_config, run.server, counter_total(sessions)[0], run.warmups).model_dump(mode="json")
-    _write_json(out / "summary.json", summary)
+    _write_kept(out / "summary.json", summary, results.path)
     return BenchResult(summary, out)
+
+
+def _write_kept(path: Path, data: dict[str, Any], results: Path) -> None:
+    """``_write_json``, and a write that fails is one line saying the results are kept."""
+    try:
+        _write_json(path, data)
+    except OSError as e:
+        raise BenchError(f"{path}: cannot write ({e.strerror or e}); every finished request is kept in {results}") from None
