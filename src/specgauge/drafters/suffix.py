@@ -53,7 +53,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from specgauge.drafters._suffix_bounds import UnknownTails
+from specgauge.drafters._suffix_bounds import CountBounds, UnknownTails
 from specgauge.drafters._suffix_native import NativeSuffixCache, resolve_backend
 from specgauge.drafters._suffix_tree import (
     Draft,
@@ -110,6 +110,9 @@ class SuffixTrace(ReplayTrace):
     #: tokens in the global cache (from earlier requests' tails) that a live server learned and the
     #: replay could not: 0 means this request's figures are exact
     cache_unknown: int = 0
+    #: with ``SuffixDrafter(bounds=True)``: [low, high] of drafts, draft tokens and accepted tokens over
+    #: the two extremes of what the server learned and accepted past the cuts
+    bounds: CountBounds | None = None
 
 
 @register_drafter("suffix")
@@ -138,6 +141,7 @@ class SuffixDrafter:
         max_model_len: int | None = None,
         backend: str = "auto",
         track_unknown_tails: bool = False,
+        bounds: bool = False,
     ) -> None:
         self.max_tree_depth = int(_check("suffix_decoding_max_tree_depth", suffix_decoding_max_tree_depth, 1))
         # vLLM: k defaults to the max tree depth
@@ -148,12 +152,24 @@ class SuffixDrafter:
         self.min_token_prob = float(_check("suffix_decoding_min_token_prob", suffix_decoding_min_token_prob, 0, 1, integer=False))
         self.max_model_len = None if max_model_len is None else int(_check("max_model_len", max_model_len, 1))
         self.backend = resolve_backend(backend)
-        if track_unknown_tails:  # the bound needs the python trees' counts
+        if track_unknown_tails or bounds:  # the bound needs the python trees' counts
             if backend == "native":
-                raise ValueError("suffix drafter: track_unknown_tails needs backend 'python' (or 'auto')")
+                raise ValueError("suffix drafter: track_unknown_tails and bounds need backend 'python' (or 'auto')")
             self.backend = "python"
         #: unknown tokens at the ends of cached outputs (None: not tracked)
-        self.unknown_tails = UnknownTails() if track_unknown_tails else None
+        self.unknown_tails = UnknownTails() if track_unknown_tails or bounds else None
+        #: bounds: this cache is one extreme of what a server did past each cut its counters do not pin
+        #: ("low": accepted nothing there, "high": accepted the whole final draft), each leaving one
+        #: unknown token (the correction / bonus) that ``unknown_tails`` tracks; ``_high`` is the other
+        self._world: str | None = "low" if bounds else None
+        self._high: SuffixDrafter | None = None
+        if bounds:
+            self._high = SuffixDrafter(
+                num_speculative_tokens, suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests,
+                suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob, max_model_len, self.backend,
+                track_unknown_tails=True)
+            self._high._world = "high"
+        self._unpinned_tails = 0  # open ends so far whose tail the server's counts did not pin
         self._tails_sound = True  # False once a tail of unknown length entered the tree
         self._unknown_by_req: dict[str, int] = {}  # cached request -> unknown tokens after its output
         self.cache_unknown = 0  #: unknown tokens in the global tree now
@@ -224,17 +240,36 @@ class SuffixDrafter:
         ``final_accepted``: the server's accepted count at this request's final step (vLLM's
         ``per_step_accepted[-1]``), when known: the draft tokens it accepted past the output's end
         are then learned as vLLM learned them; ``bonus``: the token the server emitted after them,
-        when known too (else it is an unknown token in the cache, see ``SuffixTrace``)."""
+        when known too (else it is an unknown token in the cache, see ``SuffixTrace``).
+
+        With ``bounds``, the request is also replayed through the other extreme's cache and the trace
+        carries ``bounds`` (``_suffix_bounds.CountBounds``): this cache learns nothing past a cut the
+        server's counters do not pin, the other one learns the whole final draft there (and counts it
+        accepted, as the server would); the figures returned are this cache's. While every open end
+        so far was pinned, the bounds are sound (they also cover the unknown bonus tokens)."""
+        if self._high is not None:
+            hi = self._high.replay(request_id, prompt_ids, output_ids, k, final_accepted, bonus)
         k = int(_check("k", k, 1))
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
+        if self._high is not None:
+            lo = self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
+            lo.bounds = CountBounds.of(lo, hi, len(output_ids), k, sound=self._unpinned_tails == 0)
+            if lo.open_end and final_accepted is None:  # as a trace without bounds says it
+                lo.tail_unknown = lo.tail_bound
+                self._unpinned_tails += 1
+            return lo
+        return self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
+
+    def _replay_gc(self, request_id: str, tokens: list[int], prompt_len: int, k: int,
+                   final_accepted: int | None, bonus: int | None) -> SuffixTrace:
         if self._native is not None:
-            return self._replay(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
+            return self._replay(request_id, tokens, prompt_len, k, final_accepted, bonus)
         # the trie holds no reference cycles, so pausing the cyclic collector loses nothing; it would
         # otherwise rescan the millions of tree nodes as they are allocated (3x slower)
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            return self._replay(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
+            return self._replay(request_id, tokens, prompt_len, k, final_accepted, bonus)
         finally:
             if gc_was_on:
                 gc.enable()
@@ -279,6 +314,8 @@ class SuffixDrafter:
         trace.open_end = True
         d = trace.final_draft
         trace.tail_bound = len(d) - a + 1
+        if final_accepted is None and self._world is not None:  # an extreme: all of it accepted, or none
+            final_accepted = len(d) if self._world == "high" else a
         if final_accepted is not None and a <= final_accepted <= len(d):
             trace.tail_learned = d[a:final_accepted] + ([int(bonus)] if bonus is not None else [])
             trace.tail_unknown = 0 if bonus is not None else 1

@@ -40,6 +40,10 @@ class RequestAcceptance(BaseModel):
     #: suffix: such tokens of earlier requests missing from the replay's cache when this request was
     #: replayed; its figures are exact only when this is 0
     cache_unknown: int = 0
+    #: suffix: [low, high] of drafts / draft_tokens / accepted_tokens over the two extremes of what a
+    #: server accepted and learned past the cuts (``drafters._suffix_bounds.CountBounds``); ``exact``
+    #: is false unless they coincide. The figures above are the low extreme's
+    bounds: dict[str, list[int]] | None = None
 
     @classmethod
     def from_trace(
@@ -52,12 +56,14 @@ class RequestAcceptance(BaseModel):
         width = max(k, int(d.max()) if d.size else 0)
         per_pos = [int((acc_d > i).sum()) for i in range(width)]
         hist = np.bincount(acc_d, minlength=width + 1) if acc_d.size else np.zeros(width + 1, dtype=np.int64)
+        b = getattr(trace, "bounds", None)
         return cls(
             request_id=request_id, segment=segment, method=method, k=k,
             output_tokens=output_tokens,
             steps=int(d.size), drafts=int(mask.sum()), draft_tokens=int(d.sum()), accepted_tokens=int(a.sum()),
-            per_position=per_pos, acceptance_histogram=[int(x) for x in hist], exact=exact,
+            per_position=per_pos, acceptance_histogram=[int(x) for x in hist], exact=exact and (b is None or b.exact),
             tail_unknown=int(getattr(trace, "tail_unknown", 0)), cache_unknown=int(getattr(trace, "cache_unknown", 0)),
+            bounds=b.as_lists() if b is not None else None,
         )
 
     @property
@@ -113,6 +119,11 @@ class AcceptanceSummary(BaseModel):
     open_tail_requests: int = 0
     tail_unknown_tokens: int = 0
     requests_after_unknown: int = 0
+    #: suffix with bounds: the acceptance rate's [low, high] over the requests' bounds (low: least accepted
+    #: over most drafted), the requests whose bounds differ, and their mean width in accepted tokens
+    acceptance_rate_bounds: list[float] | None = None
+    inexact_requests: int = 0
+    mean_bound_width: float | None = None
     notes: list[str] = Field(default_factory=list)
 
     @classmethod
@@ -136,6 +147,7 @@ class AcceptanceAccumulator:
         self.mals: list[float] = []
         self.exact = True
         self.open_tails = self.tail_unknown = self.after_unknown = 0
+        self.bounded = self.inexact = self.width = self.acc_lo = self.acc_hi = self.dt_lo = self.dt_hi = 0
 
     def add(self, r: RequestAcceptance) -> None:
         self.requests += 1
@@ -157,6 +169,14 @@ class AcceptanceAccumulator:
         self.open_tails += r.tail_unknown > 0
         self.tail_unknown += r.tail_unknown
         self.after_unknown += r.cache_unknown > 0
+        if r.bounds is not None:
+            b = r.bounds
+            self.bounded += 1
+            self.inexact += b["drafts"][0] != b["drafts"][1] or b["draft_tokens"][0] != b["draft_tokens"][1] \
+                or b["accepted_tokens"][0] != b["accepted_tokens"][1]
+            self.width += b["accepted_tokens"][1] - b["accepted_tokens"][0]
+            self.acc_lo, self.acc_hi = self.acc_lo + b["accepted_tokens"][0], self.acc_hi + b["accepted_tokens"][1]
+            self.dt_lo, self.dt_hi = self.dt_lo + b["draft_tokens"][0], self.dt_hi + b["draft_tokens"][1]
 
     def summary(self) -> AcceptanceSummary:
         drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
@@ -182,4 +202,7 @@ class AcceptanceAccumulator:
             mean_drafted_per_step=dtok / steps if steps else None,
             exact=self.exact, open_tail_requests=self.open_tails, tail_unknown_tokens=self.tail_unknown,
             requests_after_unknown=self.after_unknown, notes=notes,
+            acceptance_rate_bounds=[self.acc_lo / self.dt_hi if self.dt_hi else 0.0, min(1.0, self.acc_hi / self.dt_lo)]
+            if self.bounded and self.dt_lo else None,
+            inexact_requests=self.inexact, mean_bound_width=self.width / self.bounded if self.bounded else None,
         )

@@ -1,0 +1,112 @@
+"""Per-request bounds of a suffix replay (``SuffixDrafter(bounds=True)``) against a server that learns
+what vLLM learns: every token of the final step, also those past ``max_tokens`` (the draft tokens it
+accepted there and the bonus token after them), none of which the log holds.
+
+The server here is the drafter itself stepped as vLLM's proposer steps it, over a target that is a
+fixed continuation per prompt (greedy: it emits that continuation whatever was drafted), cut at
+``max_tokens``. Its per-request counts (acceptance counted before the cut, as vLLM counts it) must lie
+inside the replay's bounds on every request; ``exact`` rows must equal them; the bounds must be exact
+on a log without cuts."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specgauge.drafters.suffix import SuffixDrafter
+from specgauge.simulate.replay import RequestAcceptance
+
+K = 4
+
+
+def _server(requests: list[tuple[list[int], list[int], int]]) -> list[tuple[list[int], tuple[int, int, int], int | None]]:
+    """(logged output, (drafts, draft tokens, accepted), final-step accepted) per request."""
+    d = SuffixDrafter(num_speculative_tokens=K, backend="python")
+    out = []
+    for i, (prompt, cont, max_tokens) in enumerate(requests):
+        rid = f"s{i}"
+        d.begin(rid, prompt)
+        emitted = cont[:1]  # the prefill's token
+        drafts = dt = acc = 0
+        fin = None
+        while len(emitted) < max_tokens:
+            draft = d.propose(rid, prompt + emitted, K)
+            pos = len(emitted)
+            a = 0
+            while a < len(draft) and pos + a < len(cont) and draft[a] == cont[pos + a]:
+                a += 1
+            if draft:
+                drafts, dt, acc, fin = drafts + 1, dt + len(draft), acc + a, a
+            else:
+                fin = None
+            emitted = cont[: pos + a + 1]  # accepted drafts + the bonus / correction, past the cut too
+        d.end(rid, emitted)  # vLLM learns the whole final step
+        out.append((emitted[:max_tokens], (drafts, dt, acc), fin))
+    return out
+
+
+def _workload(seed: int, n: int, cut: bool) -> list[tuple[list[int], list[int], int]]:
+    rng = random.Random(seed)
+    motifs = [[rng.randrange(12) for _ in range(rng.randint(3, 7))] for _ in range(4)]
+    reqs = []
+    for _ in range(n):
+        m = rng.choice(motifs)
+        prompt = [rng.randrange(12) for _ in range(5)] + m
+        cont = (m * 12)[: 40]
+        cont = [t if rng.random() > 0.15 else rng.randrange(12) for t in cont]
+        reqs.append((prompt, cont, rng.randint(4, 24) if cut else len(cont)))
+    return reqs
+
+
+def _inside(row: RequestAcceptance, live: tuple[int, int, int]) -> bool:
+    b = row.bounds
+    assert b is not None
+    return all(lo <= x <= hi for x, (lo, hi) in zip(live, (b["drafts"], b["draft_tokens"], b["accepted_tokens"])))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_every_request_lies_inside_its_bounds_and_exact_rows_equal_the_server(seed: int) -> None:
+    """With the server's final-step counts (vLLM's ``per_step_accepted[-1]``) the bounds are sound: only
+    the bonus tokens are unknown, and the steps that could depend on them are bounded. (Without the
+    counts the two extremes leave out partly accepted tails: seed 1516 has a request outside them.)"""
+    reqs = _workload(seed, 14, cut=True)
+    served = _server(reqs)
+    rep = SuffixDrafter(num_speculative_tokens=K, bounds=True)
+    for i, ((prompt, _, _), (out, live, fin)) in enumerate(zip(reqs, served, strict=True)):
+        t = rep.replay(f"r{i}", prompt, out, K, final_accepted=fin)
+        row = RequestAcceptance.from_trace(t, f"r{i}", "s", "suffix", K, len(out))
+        assert _inside(row, live), (i, row.bounds, live)
+        if row.exact:
+            assert (row.drafts, row.draft_tokens, row.accepted_tokens) == live
+
+
+def test_the_exact_label_discriminates() -> None:
+    """Some rows exact, some not, on cut logs: a label that is on everywhere says nothing."""
+    exact = total = 0
+    for seed in range(6):
+        reqs = _workload(seed, 14, cut=True)
+        rep = SuffixDrafter(num_speculative_tokens=K, bounds=True)
+        for i, ((prompt, _, _), (out, live, fin)) in enumerate(zip(reqs, _server(reqs), strict=True)):
+            row = RequestAcceptance.from_trace(rep.replay(f"r{i}", prompt, out, K, final_accepted=fin), f"r{i}", "s",
+                                               "suffix", K, len(out))
+            exact += row.exact
+            total += 1
+    assert 0 < exact < total
+
+
+def test_a_cut_open_end_widens_the_bounds_and_the_figures_keep_the_low_extreme() -> None:
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4]
+    rep = SuffixDrafter(num_speculative_tokens=K, bounds=True)
+    t = rep.replay("a", prompt, [1, 2, 3], K)  # cut while the draft still matched
+    assert t.open_end and t.bounds is not None and not t.bounds.exact
+    lo, hi = t.bounds.accepted_tokens
+    assert lo == int(t.accepted.sum()) < hi
+    # the server's final-step count pins the tail: the own request's figure is then exact
+    rep2 = SuffixDrafter(num_speculative_tokens=K, bounds=True)
+    t2 = rep2.replay("a", prompt, [1, 2, 3], K, final_accepted=len(t.final_draft))
+    assert t2.bounds is not None and t2.bounds.exact and int(t2.accepted.sum()) == hi
+    assert np.array_equal(t2.drafted, t.drafted)
