@@ -14,6 +14,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
+#: the practical margin (``--min-speedup``) wherever a speedup is judged (compare's verdict, recommend,
+#: the demo, the canary): a gain whose interval does not clear it is not worth turning speculation on for
+MIN_SPEEDUP = 1.05
+
+
 class ConfigError(UserError, ValueError):
     """A configuration value is wrong; the message names the setting."""
 

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rich.console import Console
 
+from specgauge.config import MIN_SPEEDUP
 from specgauge.errors import UserError
 
 #: prediction and measurement "agree" when they are this close (the issue's demo criterion)
@@ -40,7 +41,7 @@ class DemoConfig(BaseModel):
     max_concurrency: int = Field(default=4, ge=1)
     ks: list[int] = Field(default_factory=lambda: list(range(1, 9)))
     calibration_prompts: int = Field(default=24, ge=4, description="requests per calibration run")
-    min_speedup: float = Field(default=1.05, gt=0, description="practical margin, as compare's --min-speedup")
+    min_speedup: float = Field(default=MIN_SPEEDUP, gt=0, description="practical margin, as compare's --min-speedup")
     threads: int = Field(default=1, ge=1, description="torch threads per server process")
     lang: str | None = None  #: en | ko for the report and the console summaries; None: from the locale
 

@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from specgauge.config import ConfigError
+from specgauge.config import MIN_SPEEDUP, ConfigError
 from specgauge.paths import public_url
+from specgauge.units import parse_duration  # noqa: F401  (the one duration grammar; cli.canary imports it here)
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str | float, flag: str = "--interval") -> float:
-    """``60s``, ``1.5m``, ``500ms``, ``2h`` or plain seconds -> seconds (> 0)."""
-    if isinstance(text, (int, float)):
-        v = float(text)
-    else:
-        m = _DURATION.match(text)
-        if not m:
-            raise ConfigError(f"{flag} {text!r}: expected a duration like 60s, 1.5m, 500ms or 2h")
-        v = float(m.group(1)) * _UNIT[m.group(2)]
-    if not v > 0:
-        raise ConfigError(f"{flag} {text!r}: must be > 0")
-    return v
-
-
 def parse_steps(text: str, flag: str = "--steps") -> list[float]:
     """``1,5,25,50,100`` -> [1.0, 5.0, 25.0, 50.0, 100.0]: increasing percentages in (0, 100]."""
     try:
@@ -80,7 +62,7 @@ class JudgeConfig(BaseModel):
     speed_metric: str = Field(default="tpot", description="the metric whose measured speedup allows promotion beyond max_weight_without_speedup (e2e when too few tpot values)")
     min_samples: int = Field(default=20, ge=2, description="successful requests per side before the window is judged")
     min_tail_samples: int = Field(default=20, ge=2, description="values per side before the p95 ratio is judged (the p95 of fewer is the maximum)")
-    min_speedup: float = Field(default=1.05, ge=1.0, description="practical margin: faster means speedup CI above it; slower means a significant slowdown beyond it")
+    min_speedup: float = Field(default=MIN_SPEEDUP, ge=1.0, description="practical margin: faster means speedup CI above it; slower means a significant slowdown beyond it")
     confidence: float = Field(default=0.99, gt=0.5, lt=1.0)
     alpha: float = Field(default=0.01, gt=0, lt=1, description="significance of the failure tests (Fisher, binomial)")
     max_divergence: float = Field(default=0.02, ge=0, le=1, description="share of greedy output pairs allowed to differ")

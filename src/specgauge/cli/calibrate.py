@@ -46,15 +46,9 @@ def _method_ks(text: str) -> dict[str, int | list[int]]:
 
 
 def _urls(items: list[str]) -> dict[str, str]:
-    from specgauge.config import ConfigError
+    from specgauge.units import parse_pairs
 
-    out = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise ConfigError(f"--url {item!r}: expected NAME=URL (NAME: off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4)")
-        out[name.strip()] = value.strip()
-    return out
+    return parse_pairs(items, "--url", "NAME=URL (NAME: off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4)")
 
 
 @user_errors

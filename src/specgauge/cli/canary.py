@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from specgauge.cli.common import console, err_console, user_errors
+from specgauge.config import MIN_SPEEDUP
 
 
 def _names(text: str) -> list[str]:
@@ -44,7 +45,7 @@ def canary(
     interval: Annotated[str, typer.Option("--interval", help="Evaluation interval: 60s, 5m, 500ms.")] = "60s",
     shadow: Annotated[bool, typer.Option("--shadow", help="Mirror a copy of baseline requests to the candidate (steps = mirrored share); clients only see the baseline.")] = False,
     failure_limit: Annotated[int, typer.Option("--failure-limit", min=1, help="Failed evaluations that roll back (weight 0).")] = 3,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=1.0, help="Practical margin: a gain must clear it; a slowdown beyond it fails.")] = 1.05,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", min=1.0, help="Practical margin: a gain must clear it; a slowdown beyond it fails.")] = MIN_SPEEDUP,
     max_weight_without_speedup: Annotated[float, typer.Option("--max-weight-without-speedup", min=0, max=100, help="Steps above this need a measured speedup beyond --min-speedup.")] = 50.0,
     max_failure_rate: Annotated[float, typer.Option("--max-failure-rate", min=0, max=1, help="Guardrail: candidate failure rate (binomial test).")] = 0.01,
     ttft_p95_ms: Annotated[float | None, typer.Option("--ttft-p95-ms", help="Guardrail: candidate TTFT p95 SLO.")] = None,

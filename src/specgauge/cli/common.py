@@ -15,6 +15,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from specgauge.units import parse_int_list  # noqa: F401  (the CLI modules import it from here)
+
 console = Console()
 if not console.is_terminal:  # piped or captured: don't squeeze tables into 80 columns
     console = Console(width=140)
@@ -67,16 +69,3 @@ def workload_paths(paths: list[Path] | None) -> list[Path]:
     return [logged if logged.is_file() else sample_path()]
 
 
-def parse_int_list(text: str | None, flag: str) -> list[int]:
-    """``1,4,16`` -> [1, 4, 16]; a ConfigError naming the flag otherwise."""
-    from specgauge.config import ConfigError
-
-    if not text:
-        return []
-    try:
-        values = [int(c) for c in text.split(",") if c.strip()]
-    except ValueError:
-        raise ConfigError(f"{flag} {text!r}: expected integers like 1,4,16") from None
-    if not values or min(values) < 1:
-        raise ConfigError(f"{flag} {text!r}: expected integers >= 1 like 1,4,16")
-    return values

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from specgauge.cli.common import LangOpt, console, err_console, user_errors
+from specgauge.config import MIN_SPEEDUP
 
 
 @user_errors
@@ -27,7 +28,7 @@ def compare(
     scorer: Annotated[str | None, typer.Option("--scorer", help="module:function (baseline_text, candidate_text) -> float; > 0 means candidate better.")] = None,
     max_divergence: Annotated[float, typer.Option("--max-divergence", min=0, max=1, help="Share of temperature-0 outputs allowed to differ before NO-GO.")] = 0.02,
     max_failure_increase: Annotated[float, typer.Option("--max-failure-increase", min=0, max=1, help="Failure-rate rise (absolute) tolerated.")] = 0.005,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Practical margin: GO needs the whole speedup CI above it; a CI inside [1/m, m] is 'equivalent within the margin' and a CI below it 'no gain worth turning on' (both NO-GO).")] = 1.05,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Practical margin: GO needs the whole speedup CI above it; a CI inside [1/m, m] is 'equivalent within the margin' and a CI below it 'no gain worth turning on' (both NO-GO).")] = MIN_SPEEDUP,
     min_pairs: Annotated[int, typer.Option("--min-pairs", min=1, help="Paired requests needed before judging.")] = 10,
     resamples: Annotated[int, typer.Option("--resamples", min=2000, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,

@@ -25,15 +25,9 @@ from specgauge.cli.common import (
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
-    from specgauge.config import ConfigError
+    from specgauge.units import parse_pairs
 
-    out: dict[str, str] = {}
-    for item in items or []:
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            raise ConfigError(f"{flag} {item!r}: expected NAME=VALUE")
-        out[name.strip()] = value.strip()
-    return out
+    return parse_pairs(items, flag)
 
 
 @user_errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -53,8 +53,8 @@ def profile(
 @user_errors
 def simulate(
     workload: WorkloadArg = None,
-    method: Annotated[str, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH (plugins by kind).")] = "ngram,suffix",
-    k: Annotated[str, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4.")] = "1-8",
+    method: Annotated[str | None, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH, KIND:DIR (plugins by kind). Default: ngram,suffix; with --speculative-config, its method.")] = None,
+    k: Annotated[str | None, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4. Default: 1-8; with --speculative-config, its num_speculative_tokens.")] = None,
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
     draft_sampling: Annotated[str, typer.Option("--draft-sampling", help="greedy (vLLM's way: exact replay) or probabilistic (needs target logprobs in the log; lower bound).")] = "greedy",
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
@@ -89,12 +89,11 @@ def simulate(
     from specgauge.workload.loaders import LoadOptions
 
     spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None
-    methods = [m for m in method.split(",") if m.strip()]
-    ks = parse_ks(k)
-    if spec is not None:
-        methods = [spec.method or "draft_model"] if method == "ngram,suffix" else methods
-        if k == "1-8" and spec.num_speculative_tokens:
-            ks = [spec.num_speculative_tokens]
+    given: dict[str, Any] = {}  # only what the user typed; SimulateConfig fills the rest (model_fields_set)
+    if method is not None:
+        given["methods"] = [m for m in method.split(",") if m.strip()]
+    if k is not None:
+        given["ks"] = parse_ks(k)
     try:
         batches = sorted({int(b) for b in batch.split(",")})
     except ValueError:
@@ -104,7 +103,7 @@ def simulate(
     cfg = SimulateConfig(
         workload=workload_paths(workload),
         load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
-        methods=methods, ks=ks, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
+        **given, speculative_config=spec, tokenizer=tokenizer, batch_sizes=batches, cost_profile=cost_profile,
         per_request_out=per_request, draft_sampling=draft_sampling, partition_by=partition_by,
     )
     if split_streams > 1 and not ray:

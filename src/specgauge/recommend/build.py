@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from specgauge.config import MIN_SPEEDUP
 from specgauge.recommend.choose import METHOD_COST, choose
 from specgauge.recommend.flags import render_flags
 from specgauge.recommend.models import BandChoice, Option, Recommendation, SegmentChoice
@@ -31,7 +32,7 @@ K0_COST = ("vLLM #49548 measured a 7–22 % per-token cost of a dynamic schedule
 
 
 class RecommendSettings(BaseModel):
-    min_speedup: float = Field(default=1.05, gt=0, description="the margin a speedup's interval must clear")
+    min_speedup: float = Field(default=MIN_SPEEDUP, gt=0, description="the margin a speedup's interval must clear")
     max_batch: int = Field(default=256, ge=1, description="vLLM's max_num_seqs: where the last schedule range ends")
     model: str = "MODEL"  #: the model name written into the flags
 

@@ -11,13 +11,12 @@ logs are re-tokenised with the target tokenizer and marked approximate.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from specgauge.config import ConfigError, SpeculativeConfig
 from specgauge.drafters.base import ReplayTrace, is_stateful, trace_from_matches  # noqa: F401  (trace_from_matches: re-exported)
@@ -43,6 +42,7 @@ from specgauge.simulate.replay import (
     AcceptanceSummary,
     RequestAcceptance,
 )
+from specgauge.units import parse_ks  # noqa: F401  (the CLI imports it from here)
 from specgauge.workload.loaders import (
     LoadOptions,
     LoadReport,
@@ -55,23 +55,6 @@ from specgauge.workload.tokenizer import describe as describe_tokenizer
 
 #: simulate's errors are the offline replay's (a bad --method, a request that cannot be replayed)
 SimulateError = ReplayError
-
-
-def parse_ks(text: str) -> list[int]:
-    """``1-8`` or ``1,2,4`` or ``4`` → sorted unique k values ≥ 1."""
-    ks: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(-?\d+)(?:-(-?\d+))?", part)
-        if not m:
-            raise ConfigError(f"--k {text!r}: expected e.g. 1-8 or 1,2,4")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if lo < 1 or hi < lo:
-            raise ConfigError(f"--k {text!r}: k must be >= 1 and ranges increasing")
-        if hi > 64:
-            raise ConfigError(f"--k {text!r}: k above 64 is not a proposal length any engine uses")
-        ks.update(range(lo, hi + 1))
-    return sorted(ks)
 
 
 class SimulateConfig(BaseModel):
@@ -90,6 +73,17 @@ class SimulateConfig(BaseModel):
     #: a field path (or 're:REGEX') naming the cache a request went through: one suffix cache per value
     #: (as one server per value); None: one cache over the whole log in file order
     partition_by: str | None = None
+
+    @model_validator(mode="after")
+    def _from_speculative_config(self) -> SimulateConfig:
+        """``speculative_config`` names the method and k, unless ``methods`` / ``ks`` are given too."""
+        spec = self.speculative_config
+        if spec is not None:
+            if "methods" not in self.model_fields_set:
+                self.methods = [spec.method or "draft_model"]
+            if "ks" not in self.model_fields_set and spec.num_speculative_tokens:
+                self.ks = [spec.num_speculative_tokens]
+        return self
 
 
 class SegmentResult(BaseModel):
@@ -304,7 +298,8 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
                     for k in r.ks:
                         tally.add_alphas(req.segment, r.spec.label, k, a)
                     continue
-                tally.add_traces(req, r.spec.label, r.replay(req), keep=not r.spec.probabilistic)
+                tally.add_traces(req, r.spec.label, r.traces(req.id, req.source, req.prompt_ids, req.output_ids, req.stream,
+                                                             **server_counts_hint(item.response)), keep=not r.spec.probabilistic)
             n = tally.end_request()
             if on_request is not None:
                 on_request(n)
@@ -313,6 +308,15 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     if stream_of is not None:
         tally.notes.append(stream_note(cfg.partition_by, specs))
     return tally.result()
+
+
+def server_counts_hint(resp: object) -> dict[str, int]:
+    """The server's final-step accepted count where the log holds vLLM's per-request counters
+    (``metrics.speculative_decoding``, ``detailed``): suffix pins the tail past the cut with it."""
+    from specgauge.stats.record_fields import per_step
+
+    steps = per_step(getattr(resp, "extra", None))
+    return {"final_accepted": steps[-1][1]} if steps else {}
 
 
 def stream_note(partition_by: str | None, specs: Sequence[MethodSpec]) -> str:

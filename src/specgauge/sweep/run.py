@@ -7,12 +7,12 @@ fast); the prediction itself runs after the measurements.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specgauge import units
 from specgauge.errors import UserError
 from specgauge.sweep.analysis import analyze, attach_predictions
 from specgauge.sweep.grid import ServerConfig, build_configs, cells_for
@@ -20,24 +20,10 @@ from specgauge.sweep.models import PredictionInfo, SweepError, SweepManifest
 from specgauge.sweep.runner import SweepResult, run_grid
 from specgauge.sweep.target import ServerTarget
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(h|m|min|s|sec)?", re.IGNORECASE)
-
-
 def parse_duration(text: str | None, flag: str = "--time-budget") -> float | None:
-    """``30m``, ``1h30m``, ``90s``, ``45`` (seconds) -> seconds; None for empty text."""
-    if not text:
-        return None
-    t = text.strip().replace(" ", "")
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(t):
-        if m.start() != pos:
-            break
-        unit = (m.group(2) or "s").lower()
-        total += float(m.group(1)) * {"h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1}[unit]
-        pos = m.end()
-    if pos != len(t) or total <= 0:
-        raise SweepError(f"{flag} {text!r}: expected a positive duration like 30m, 1h30m or 90s")
-    return total
+    """``30m``, ``30min``, ``1h30m``, ``90s``, ``90sec``, ``45`` (seconds) -> seconds (``units``' grammar);
+    None for empty text."""
+    return units.parse_duration(text, flag, SweepError) if text else None
 
 
 class SweepConfig(BaseModel):
