@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from specgauge import __version__
-from specgauge.cli import audit, bench, calibrate, canary, decide, demo, recommend, serve, sweep, workaround, workload
+from specgauge.cli import audit, bench, calibrate, canary, canary_judge, decide, demo, recommend, serve, sweep, workaround, workload
 from specgauge.cli.common import console
 
 app = typer.Typer(
@@ -55,6 +55,7 @@ COMMANDS = [
     (sweep.sweep, "sweep"),
     (recommend.recommend, "recommend"),
     (canary.canary, "canary"),
+    (canary_judge.canary_judge, "canary-judge"),
     (demo.demo, "demo"),
 ]
 for _fn, _name in COMMANDS:
