@@ -15,10 +15,12 @@ those packages imports the other's side back.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from specgauge.predict.fit import expand_run_dirs, fit_profile
@@ -57,6 +59,12 @@ class CalibrateConfig(BaseModel):
     #: this many baseline/candidate pairs per cell, back to back), so the machine's drift falls on both
     #: sides; 0: one server per config in turn (``run_grid``)
     paired_repeats: int = Field(default=0, ge=0)
+    #: plan the runs to cover these client concurrencies (``plan_calibration``; replaces ``concurrencies``):
+    #: a GPU's step cost has a knee, and a law fitted where every step sits on the plateau cannot see it
+    predict_concurrency: list[int] | None = None
+    #: the largest proposal length to be predicted (default: the largest in ``ks``): run at the largest
+    #: concurrency so that tokens per forward reach past the largest predicted cell
+    predict_k: int | None = Field(default=None, ge=1)
 
 
 class CellCheck(BaseModel):
@@ -108,6 +116,63 @@ def calibration_cells(methods: Sequence[str], ks: Mapping[str, int | list[int]],
             spec = grid_method(text, k)
             configs.append(ServerConfig(label=config_label(spec), speculative_config=spec))
     return cells_for(build_configs(configs), concurrencies)
+
+
+def plan_calibration(methods: Sequence[str], ks: Mapping[str, int | list[int]], predict_concurrency: Sequence[int],
+                     predict_k: int | None = None, num_prompts: int | None = 32,
+                     embedded: bool = True) -> list[tuple[CellSpec, int | None]]:
+    """Calibration cells covering the range to be predicted, each with its number of requests.
+
+    With concurrencies lo..hi to predict: the baseline at lo, a geometric middle and hi (baseline runs
+    are cheap and pin the forward's cost at every batch size); each method's configured k at the middle
+    and hi; and each method at the largest k to be predicted at hi, so that the forward's tokens
+    (B·(1 + drafted)) reach past the largest predicted cell. A run at concurrency C sends at least 2·C
+    requests (a closed loop reaches batch C and holds it); every run of a stateful drafter's config
+    (suffix: its cache remembers earlier runs) sends the same number, so each run's cache state is the
+    replay's."""
+    from specgauge.drafters.base import is_stateful
+
+    cs = sorted({int(c) for c in predict_concurrency})
+    if not cs or cs[0] < 1:
+        raise ProfileError("--predict-concurrency: give concurrencies >= 1, e.g. 1-64")
+    lo, hi = cs[0], cs[-1]
+    mid = 2 ** round((np.log2(lo) + np.log2(hi)) / 2) if hi >= 4 * lo else hi
+    base_cs = sorted({lo, mid, hi})
+    spec_cs = sorted({mid, hi})
+    cells = calibration_cells(methods, ks, [hi], embedded)
+    kmax_want = predict_k
+    out: list[tuple[CellSpec, int | None]] = []
+    seen: set[str] = set()
+
+    def n_for(c: int) -> int | None:
+        return None if num_prompts is None else max(num_prompts, 2 * c) if c > lo else num_prompts
+
+    for cell in cells:
+        if cell.speculative_config is None:
+            out += [(CellSpec(label=cell.label, speculative_config=None, concurrency=c), n_for(c)) for c in base_cs]
+            continue
+        seen.add(cell.label)
+        out += [(CellSpec(label=cell.label, speculative_config=cell.speculative_config, concurrency=c), n_for(c)) for c in spec_cs]
+    by_family: dict[str, tuple[CellSpec, int]] = {}
+    for cell, _ in out:
+        if cell.speculative_config:
+            fam = json.dumps({k: v for k, v in cell.speculative_config.items() if k != "num_speculative_tokens"}, sort_keys=True)
+            k = int(cell.speculative_config.get("num_speculative_tokens") or 0)
+            if fam not in by_family or k > by_family[fam][1]:
+                by_family[fam] = (cell, k)
+    for cell, k in by_family.values():
+        want = kmax_want or k
+        if want > k:
+            from specgauge.sweep.grid import config_label
+
+            spec = {**cell.speculative_config, "num_speculative_tokens": want}  # type: ignore[dict-item]
+            out.append((CellSpec(label=config_label(spec), speculative_config=spec, concurrency=hi), n_for(hi)))
+    # a stateful drafter's runs all send the same requests
+    for i, (cell, n) in enumerate(out):
+        method = (cell.speculative_config or {}).get("method")
+        if method and is_stateful(str(method)) and n is not None:
+            out[i] = (cell, max(m for c, m in out if c.label == cell.label and m is not None))
+    return out
 
 
 def measure_cell(baseline_dir: Path, cell_dir: Path, resamples: int = 2000) -> tuple[float | None, float | None, float | None]:
@@ -172,24 +237,44 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         from specgauge.sweep import ServerTarget, run_grid
 
         target = cfg.target or ServerTarget.embedded()
-        cells = calibration_cells(cfg.methods, cfg.ks, cfg.concurrencies, embedded=target.kind == "embedded")
-        res = run_grid(cells, target, cfg.workload, out / "runs", num_prompts=cfg.num_prompts, seed=cfg.seed,
-                       time_budget_s=cfg.time_budget_s, resume=cfg.resume, console=console, warmup=cfg.warmup)
+        embedded = target.kind == "embedded"
+        if cfg.predict_concurrency:
+            planned = plan_calibration(cfg.methods, cfg.ks, cfg.predict_concurrency, cfg.predict_k, cfg.num_prompts, embedded)
+        else:
+            planned = [(c, cfg.num_prompts) for c in calibration_cells(cfg.methods, cfg.ks, cfg.concurrencies, embedded=embedded)]
+        groups: dict[int | None, list[CellSpec]] = {}
+        for c, n in planned:
+            groups.setdefault(n, []).append(c)
         keyed = {}
-        for c in cells:
-            run = res.manifest.cell(c.label, c.concurrency)
-            if run is not None and run.status == "done":
-                d = res.cell_dir(c.label, c.concurrency)
-                write_cell(d, c)
-                keyed[(c.label, c.concurrency)] = d
+        nump_of: dict[tuple[str, int], int | None] = {}
+        for n, group in groups.items():
+            where = out / "runs" if len(groups) == 1 else out / "runs" / f"n{n}"
+            res = run_grid(group, target, cfg.workload, where, num_prompts=n, seed=cfg.seed,
+                           time_budget_s=cfg.time_budget_s, resume=cfg.resume, console=console, warmup=cfg.warmup)
+            for c in group:
+                run = res.manifest.cell(c.label, c.concurrency)
+                if run is not None and run.status == "done":
+                    d = res.cell_dir(c.label, c.concurrency)
+                    write_cell(d, c)
+                    keyed[(c.label, c.concurrency)] = d
+                    nump_of[(c.label, c.concurrency)] = n
         if not keyed:
-            raise ProfileError(f"no calibration run finished; see {out / 'runs' / 'sweep.json'}")
+            raise ProfileError(f"no calibration run finished; see {out / 'runs'}")
+        cells = [c for c, _ in planned]
         dirs = list(keyed.values())
         profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
                               bootstrap=cfg.bootstrap, seed=cfg.seed)
         nump = cfg.num_prompts
     warm = cfg.warmup if not cfg.from_runs else int((load_run(dirs[0]).run.get("config") or {}).get("warmup") or 0)
-    checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs)
+    if cfg.from_runs or len({nump_of.get(k) for k in keyed}) <= 1:
+        checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs)
+    else:  # planned runs: the baseline of each concurrency sent as many requests as the cells beside it
+        checks = []
+        for n in sorted({v for v in nump_of.values() if v is not None}):
+            conc = {c for (lb, c), m in nump_of.items() if m == n}
+            sub = [c for c in cells if c.concurrency in conc and nump_of.get((c.label, c.concurrency)) == n]
+            got, _ = check_cells(profile, cfg.workload, sub, keyed, n, tokenizer, warmup=warm, reused_server=True)
+            checks += got
     path = profile.save(out / PROFILE_FILE)
     return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks)
 

@@ -314,8 +314,9 @@ def fit_profile(
     lin_names = list(names)
     refit: Any = lambda idx: solve(X[idx], y[idx], w[idx])  # noqa: E731
     pred = X @ coef
-    # every row: the straight line's robust pass may have dropped exactly the rows past a knee
-    ext = extend(all_rows, chosen, names, solve(X, y, w), solve, np.ones(len(y), dtype=bool)) if gpu_terms else None
+    # chosen on the rows the straight line kept; the extended law's own robust pass below takes back
+    # the rows past a knee that the straight line could not fit
+    ext = extend(all_rows, chosen, names, coef, solve, keep) if gpu_terms else None
     if ext is not None:  # the GPU regime's knee / overlapping host proposer earned their parameters
         names, coef, refit = ext.names, ext.coef, ext.refit
         pred = ext.predict(coef)

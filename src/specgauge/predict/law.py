@@ -47,6 +47,22 @@ Drafter terms per method ``m`` (parameters named ``name[m]``):
   read of the drafts) — a parameter only when the runs measured the method at two or more k: at one k
   it cannot be told from ``draft_step`` and is left out (the profile says so).
 
+The GPU regime adds two terms, each a parameter only when the calibration rows ask for it (a CPU
+server's straight line is the special case without them):
+
+* a **knee** in the target forward: ``b2 · max(0, n_forward + prefill tokens − knee)`` — on a GPU a
+  forward is flat in its tokens while the weights' read dominates and grows at the compute-bound
+  slope past ``knee`` (``shared/gpu/``: 4.3 ms at 1 token, 7.1 ms at 256, 23.7 ms at 1,024 on an
+  H200). Prefill tokens count because vLLM flattens them into the same forward. ``knee`` (tokens,
+  kept in the profile's ``params``) is found by a profile search over candidate knees; ``b2`` is
+  linear and fitted with the rest;
+* a **host proposer that hides inside the step** (n-gram, suffix: the lookup runs on the host while
+  the device computes): ``T = max(L, host_par[m] · B + host_par0[m])`` where ``L`` is everything
+  above. At small batch the proposer's time hides in the step; past the batch where it exceeds the
+  device's it sets the step time (ArcticInference #185: suffix slower past concurrency ~20). It is not
+  a column of the linear law (``features`` gives it a zero column); :func:`step_durations` applies it.
+  ``host[m]`` stays for a proposer that runs in series with the forward (the CPU servers').
+
 Steps are described by :class:`StepTable` (one row per step, numpy columns) so that observed runs
 (``observe``) and simulated ones (``schedule``) share the same feature code.
 """
@@ -59,6 +75,10 @@ from dataclasses import dataclass
 import numpy as np
 
 CORE = ("a", "r", "b", "c", "p", "q", "e", "v", "g", "gv", "gd")
+#: the hinge slope past the knee (a parameter only when the fit found a knee; ``params["knee"]`` its position)
+KNEE_PARAM = "b2"
+KNEE = "knee"
+HIDDEN_HOST = ("host_par", "host_par0")
 #: parameters every profile has (``e``, ``v`` and the ``g`` terms came later: a profile without them reads them as 0)
 REQUIRED = ("a", "r", "b", "c", "p", "q")
 SHAPES = ("flattened", "padded")
@@ -82,7 +102,19 @@ DESCRIPTIONS = {
     "draft_req": "per draft position per request",
     "draft_prefill": "per prefill token (the draft model's own prefill)",
     "draft_fixed": "per drafting step, whatever k is",
+    "b2": "per token through the target's forward past the knee",
+    "knee": "tokens per forward where the forward's cost starts to grow (not a cost)",
+    "host_par": "per request per step, host proposer overlapping the device step (counts where it exceeds it)",
+    "host_par0": "per step, host proposer overlapping the device step (its fixed part)",
 }
+
+
+def hidden_host_params(method: str | None) -> list[str]:
+    """The overlapping host proposer's parameters of a model-free method (none for a model method)."""
+    m = method_kind(method)
+    if m is None or m in MODEL_METHODS:
+        return []
+    return [f"host_par[{m}]", f"host_par0[{m}]"]
 
 
 def method_kind(method: str | None) -> str | None:
@@ -140,9 +172,17 @@ class StepTable:
             return self.batch * (1 + self.drafted_max)
         raise ValueError(f"unknown verification shape {shape!r}; known: {', '.join(SHAPES)}")
 
-    def features(self, shape: str, names: Sequence[str]) -> np.ndarray:
-        """The (S, len(names)) feature matrix; a parameter of another method is a zero column."""
+    def hinge(self, shape: str, knee: float | None) -> np.ndarray:
+        """Tokens of the step's forward (decode + prefill) past ``knee`` (zeros without a knee)."""
+        if knee is None:
+            return np.zeros(len(self), dtype=float)
+        return np.maximum(0.0, self.n_forward(shape).astype(float) + self.prefill_tokens.astype(float) - float(knee))
+
+    def features(self, shape: str, names: Sequence[str], knee: float | None = None) -> np.ndarray:
+        """The (S, len(names)) feature matrix; a parameter of another method is a zero column, and so
+        are the overlapping host proposer's (``step_durations`` applies them)."""
         cols: dict[str, np.ndarray] = {
+            KNEE_PARAM: self.hinge(shape, knee),
             "a": np.ones(len(self), dtype=float),
             "r": self.batch.astype(float),
             "b": self.n_forward(shape).astype(float),
@@ -179,6 +219,23 @@ class StepTable:
         return cls(*(np.concatenate([getattr(t, f) for t in tables]) for f in
                      ("batch", "drafted_sum", "drafted_max", "context", "prefill_tokens", "prefill_reqs")),
                    method=tables[0].method, k=tables[0].k, emitted=emitted, **opt)
+
+
+def step_durations(table: StepTable, shape: str, names: Sequence[str], theta: np.ndarray,
+                   knee: float | None = None, phi: np.ndarray | None = None) -> np.ndarray:
+    """Step durations ``(S,)`` for ``theta`` ``(len(names),)``, or ``(S, M)`` for ``(len(names), M)``:
+    the linear law, then ``max(L, host_par · B + host_par0)`` where the config's method has an
+    overlapping host proposer. ``phi``: the table's features, when the caller has them."""
+    phi = table.features(shape, names, knee) if phi is None else phi
+    lin = phi @ theta
+    idx = [names.index(n) for n in hidden_host_params(table.method) if n in names]
+    if len(idx) != 2:
+        return lin
+    h, h0 = theta[idx[0]], theta[idx[1]]
+    busy = (table.batch > 0).astype(float)
+    b = table.batch.astype(float)
+    host = (b[:, None] * np.atleast_1d(h)[None, :] + busy[:, None] * np.atleast_1d(h0)[None, :])
+    return np.maximum(lin, host[:, 0] if lin.ndim == 1 else host)
 
 
 def param_vector(params: dict[str, float], names: Sequence[str]) -> np.ndarray:

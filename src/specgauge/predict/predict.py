@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 
 from specgauge.predict.law import (
+    KNEE,
+    KNEE_PARAM,
     SHAPES,
     drafter_params,
     is_model_method,
     method_kind,
     param_vector,
+    step_durations,
 )
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
@@ -46,16 +49,21 @@ def step_function(params: dict[str, float], shape: str, method: str | None, k: i
     ds, dr, dp, df = ((g(f"draft_step[{m}]", 0.0), g(f"draft_req[{m}]", 0.0), g(f"draft_prefill[{m}]", 0.0),
                        g(f"draft_fixed[{m}]", 0.0)) if model else (0.0, 0.0, 0.0, 0.0))
     flat = shape == "flattened"
+    b2, knee = g(KNEE_PARAM, 0.0), params.get(KNEE)
+    hp, hp0 = ((g(f"host_par[{m}]", 0.0), g(f"host_par0[{m}]", 0.0)) if m and not model else (0.0, 0.0))
 
     def step(bs: int, dsum: int, dmax: int, ctx: int, ptok: int, preq: int, emit: int,
              sampled: int = 0, sampled_verify: int = 0, sampled_drafted: int = 0) -> float:
         nf = bs + dsum if flat else bs * (1 + dmax)
         t = a + r * bs + b * nf + c * ctx + p * ptok + q * preq + e * emit + host * bs + dp * ptok + (v if dsum > 0 else 0.0)
         t += gs * sampled + gv * sampled_verify + gd * sampled_drafted
+        if knee is not None and b2:
+            t += b2 * max(0.0, nf + ptok - knee)
         if bs and model and k:
             t += k * (ds + dr * bs) + df
         if bs:
             t += host_step
+            t = max(t, hp * bs + hp0)  # a host proposer overlapping the device step (law.step_durations)
         return t
 
     return step
@@ -75,14 +83,17 @@ class _Side:
         self.sched: Schedule = simulate_schedule(reqs, concurrency, step_function(params, self.shape, method, k), ell,
                                                  method, k, max_batch)
         names = list(prof.param_names or params)
-        phi = self.sched.steps.features(self.shape, names)
+        knee = params.get(KNEE)
+        tab = self.sched.steps
+        phi = tab.features(self.shape, names, knee)
         point = param_vector(params, names)
-        self.send, self.ttft, self.e2e = timeline(self.sched, phi @ point, ell)
+        self.durations = step_durations(tab, self.shape, names, point, knee, phi)
+        self.send, self.ttft, self.e2e = timeline(self.sched, self.durations, ell)
         self.samples_e2e: np.ndarray | None = None
         if prof.bootstrap and params is prof.params:
             smp = prof.samples(names)
             ell_s = smp[names.index("ell")] if "ell" in names else np.zeros(smp.shape[1])
-            _, _, self.samples_e2e = timeline(self.sched, phi @ smp, ell_s)
+            _, _, self.samples_e2e = timeline(self.sched, step_durations(tab, self.shape, names, smp, knee, phi), ell_s)
         self.tokens = self.sched.output_tokens.astype(float)
 
 
@@ -155,11 +166,20 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
     steps = side.sched.steps
     dec = steps.batch > 0
     nf = steps.n_forward(side.shape)[dec].astype(float)
-    extrapolated = bool(nf.size and np.percentile(nf, 90) > prof.measured.max_tokens_per_forward + 1e-9)
+    beyond, pess, what = _beyond(prof, side)
+    extrapolated = beyond > BEYOND_SHARE
+    if beyond > 0:
+        notes.append(f"{'extrapolated' if extrapolated else 'slightly outside the measured range'}: {100 * beyond:.0f} % of "
+                     f"the predicted time lies in steps past the calibration's range ({what})"
+                     + ("; the band's low end lets those steps grow in proportion to their tokens (a roofline's worst case)"
+                        if extrapolated else ""))
+    if extrapolated and pess is not None:
+        _, _, e_p = timeline(side.sched, pess, float(prof.params.get("ell", 0.0)))
+        sp = float((tok.sum() / e_p.sum()) / (base.tokens.sum() / base.e2e.sum()))
+        low = min(low if low is not None else speedup, sp)
+        high = high if high is not None else speedup
     if extrapolated:
-        notes.append(f"extrapolated: {np.percentile(nf, 90):.0f} tokens per forward (90th percentile) against at most "
-                     f"{prof.measured.max_tokens_per_forward:.0f} measured in calibration; the band includes the "
-                     "other verification shape's prediction")
+        notes.append("the band includes the other verification shape's prediction")
         for other, alt in prof.alternatives.items():
             if other in SHAPES and alt.get("params"):
                 o_side = _Side(prof, reqs, cell.speculative_config, cell.concurrency, side.max_batch, shape=other,
@@ -168,8 +188,6 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
                 o = float((o_side.tokens.sum() / o_side.e2e.sum()) / (o_base.tokens.sum() / o_base.e2e.sum()))
                 low = min(low if low is not None else speedup, o, speedup)
                 high = max(high if high is not None else speedup, o, speedup)
-    if steps.batch.max(initial=0) > prof.measured.max_batch + 1e-9 and prof.measured.max_batch:
-        notes.append(f"batch up to {int(steps.batch.max())} against at most {prof.measured.max_batch:.0f} in calibration")
     multi = side.tokens > 1
     tpot = (side.e2e[multi] - side.ttft[multi]) / (side.tokens[multi] - 1)
     span = float((side.send + side.e2e).max(initial=0.0))  # first send (t = 0) to the last response's end
@@ -183,5 +201,36 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
         e2e_p50_ms=_pct(side.e2e, 50), e2e_p95_ms=_pct(side.e2e, 95), ttft_p95_ms=_pct(side.ttft, 95),
         throughput_tok_s=float(side.tokens.sum() / span) if span > 0 else None,
         acceptance_rate=ac / dr if dr else None, mean_acceptance_length=1 + ac / drafts if drafts else None,
-        tokens_per_forward=float(nf.mean()) if nf.size else None, extrapolated=extrapolated, notes=notes,
+        tokens_per_forward=float(nf.mean()) if nf.size else None, extrapolated=extrapolated, beyond_range=beyond,
+        notes=notes,
     )
+
+
+#: a cell whose predicted time lies past the measured range by more than this share is "extrapolated"
+BEYOND_SHARE = 0.05
+
+
+def _beyond(prof: StepCostProfile, side: _Side) -> tuple[float, np.ndarray | None, str]:
+    """Share of the side's predicted step time in steps outside the calibration's range (tokens through
+    the forward, batch), the steps' pessimistic durations, and what was exceeded by how much."""
+    m = prof.measured
+    tab = side.sched.steps
+    dur = np.asarray(side.durations, dtype=float)
+    if not len(tab) or dur.sum() <= 0:
+        return 0.0, None, ""
+    if m.max_forward_tokens > 0:
+        n, n_max, unit = tab.n_forward(side.shape) + tab.prefill_tokens, m.max_forward_tokens, "tokens per forward"
+    else:
+        n, n_max, unit = tab.n_forward(side.shape).astype(float), m.max_tokens_per_forward, "decode tokens per forward"
+    n = np.where(tab.batch > 0, n, 0).astype(float)  # idle prefill-only steps: the TTFT rows measured them
+    past_n = (n > n_max + 1e-9) if n_max > 0 else np.zeros(len(tab), dtype=bool)
+    past_b = (tab.batch > m.max_batch + 1e-9) if m.max_batch > 0 else np.zeros(len(tab), dtype=bool)
+    out = past_n | past_b
+    share = float(dur[out].sum() / dur.sum())
+    parts = []
+    if past_n.any():
+        parts.append(f"up to {n.max():.0f} {unit} against {n_max:.0f} measured, {n.max() / n_max:.1f}×")
+    if past_b.any():
+        parts.append(f"batch up to {int(tab.batch.max())} against {m.max_batch:.0f}")
+    pess = dur * np.where(past_n, n / max(n_max, 1.0), 1.0) if past_n.any() else None
+    return share, pess, "; ".join(parts)

@@ -23,6 +23,7 @@ class MeasuredRange(BaseModel):
     """What the calibration runs covered; predictions outside it are extrapolations."""
 
     max_tokens_per_forward: float = 0.0  #: largest tokens through one decode forward (chosen shape)
+    max_forward_tokens: float = 0.0  #: largest tokens through one forward, prefill tokens included (0: not recorded)
     max_batch: float = 0.0  #: largest decode batch seen in a step
     concurrencies: list[int] = Field(default_factory=list)
     methods: dict[str, list[int]] = Field(default_factory=dict)  #: method -> calibrated k values

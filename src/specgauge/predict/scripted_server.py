@@ -10,6 +10,13 @@ Wire shape as vLLM with ``--per-request-spec-decode-metrics detailed``: one SSE 
 continuous usage, ``metrics.speculative_decoding`` in the final chunk, and ``/metrics`` with vLLM's
 spec-decode counters and ``vllm:num_requests_running``.
 
+GPU-shaped (``step_fn``, ``--gpu-curve``): each step's time follows a measured GPU curve
+(``predict.gpu_curve``: a knee in the forward, a host proposer overlapping the device step), and each
+request's drafts come from ``traces`` — the replay of the real drafters, computed once by the caller
+(``replay_traces``), per run this server has served (a suffix cache remembers earlier runs). A live
+Python suffix drafter costs 1–8 ms per call on a busy 2-core host, so 64 of them per step would break
+the step deadlines; the CPU-shaped server keeps drafting live, and its tests check live = replay.
+
 Raw asyncio sockets (as ``specgauge.loadgen.fakeserver``). In a thread: ``with ScriptedServer(...) as
 srv: srv.base_url``; as a process: ``python -m specgauge.predict.scripted_server --workload W --law
 JSON [--speculative-config JSON] --port P``, or several configs in one process (``--config LABEL=JSON``
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import threading
 import time
@@ -41,6 +49,32 @@ def request_key(body: dict[str, Any]) -> str:
     """What identifies a workload request in its HTTP body (the prompt and the sampling settings)."""
     content = body.get("messages") if "messages" in body else body.get("prompt")
     return json.dumps([content, body.get("temperature"), body.get("seed"), body.get("top_p")], sort_keys=True)
+
+
+def trace_key(prompt: Sequence[int], output: Sequence[int]) -> str:
+    """What identifies a logged request in a traces file: its prompt and output token ids."""
+    return hashlib.sha1(json.dumps([list(map(int, prompt)), list(map(int, output))]).encode()).hexdigest()[:16]
+
+
+#: traces of one config: per run on its server, request -> (drafted per decode step, accepted per step)
+Traces = list[dict[str, tuple[list[int], list[int]]]]
+
+
+def replay_traces(replay: Any, spec: dict[str, Any] | None, runs: int = 1) -> Traces:
+    """Per-step drafts of every planned request of ``replay`` (a ``WorkloadReplay``) under ``spec``, for a
+    server's runs 0..runs-1 over the same requests (run r: the suffix cache holds the r earlier runs)."""
+    from specgauge.predict.replay import prior_requests
+
+    out: Traces = []
+    by_id = {r.id: r for r in replay.requests}
+    n = len(replay.requests)
+    for run in range(runs):
+        tr: dict[str, tuple[list[int], list[int]]] = {}
+        for p in replay.planned(spec, prior_requests(n, 0, run)):
+            lr = by_id[p.id]
+            tr[trace_key(lr.prompt_ids, lr.output_ids)] = (p.drafted.astype(int).tolist(), p.accepted.astype(int).tolist())
+        out.append(tr)
+    return out
 
 
 def load_logged(workload: Sequence[Path]) -> dict[str, tuple[list[int], list[int]]]:
@@ -70,24 +104,32 @@ class _Req:
     match: np.ndarray | None = None  #: draft model: draft argmax == logged token, per output position
     done: asyncio.Event = field(default_factory=asyncio.Event)
     sampled: bool = False  #: sent at T > 0 (it still emits the logged output; the law's g terms apply)
+    trace: tuple[list[int], list[int]] | None = None  #: replayed (drafted, accepted) per decode step
+    step: int = 0  #: decode steps done
+    run: int = 0  #: the run over the same requests this server served it in (0: the first)
 
 
 class ScriptedServer:
     def __init__(self, workload: Sequence[Path], law: dict[str, float], shape: str = "flattened",
                  speculative_config: dict[str, Any] | None = None, max_batch: int | None = None,
-                 model_name: str = "scripted", port: int = 0) -> None:
+                 model_name: str = "scripted", port: int = 0, step_fn: Any = None,
+                 traces: Traces | None = None) -> None:
+        """``step_fn``: the step time (``predict.step_function``'s signature) in place of ``law``'s;
+        ``traces``: drafts per run from the replay (``replay_traces``) in place of live drafting."""
         if shape not in SHAPES:
             raise ValueError(f"shape {shape!r}: expected one of {', '.join(SHAPES)}")
         self.logged = load_logged(workload)
         self.law, self.shape, self.spec = dict(law), shape, speculative_config
         self.method, self.k, cfg = resolve_spec(speculative_config)
-        self.step_seconds = step_function(self.law, shape, self.method, self.k)
+        self.step_seconds = step_fn or step_function(self.law, shape, self.method, self.k)
         self.max_batch = max_batch
         self.model_name = model_name
         self.port = port
         self.drafter: Any = None
         self._draft_model: Any = None
-        if self.method is not None and cfg is not None:
+        self.traces = traces if self.method is not None else None
+        self._run, self._run_keys = 0, set()  # runs over the same requests, told apart by a repeated request
+        if self.method is not None and cfg is not None and self.traces is None:
             if is_model_method(self.method):
                 from specgauge.drafters.base import make_drafter
 
@@ -195,6 +237,7 @@ class ScriptedServer:
                 await asyncio.sleep(delay)
             still: list[_Req] = []
             for r, d, a in plan:
+                r.step += 1
                 n = min(a + 1, len(r.output) - r.emitted)
                 if r.stats is not None:
                     r.stats.observe(d, a)
@@ -207,6 +250,8 @@ class ScriptedServer:
                 if self._emit(r, n):
                     still.append(r)
             for r in admitted:
+                if self.traces is not None:
+                    r.trace = self.traces[min(r.run, len(self.traces) - 1)].get(trace_key(r.prompt, r.output))
                 if self.drafter is not None:
                     self.drafter.begin(r.rid, r.prompt)
                 if self._draft_model is not None:
@@ -222,6 +267,9 @@ class ScriptedServer:
         pos = r.emitted
         if self.method is None:
             return 0, 0
+        if r.trace is not None:
+            i = min(r.step, len(r.trace[0]) - 1)
+            return (r.trace[0][i], r.trace[1][i]) if i >= 0 else (0, 0)
         if r.match is not None:  # greedy draft model: k drafts, accepted while its argmax matches
             run = 0
             while run < self.k and pos + run < len(r.output) and r.match[pos + run]:
@@ -320,9 +368,13 @@ class ScriptedServer:
         out = out[: int(mt)] if mt else out
         self._n += 1
         opts = req.get("stream_options") or {}
+        key = request_key(req)
+        if key in self._run_keys:  # the same request again: a new run over the same requests
+            self._run, self._run_keys = self._run + 1, set()
+        self._run_keys.add(key)
         r = _Req(f"req-{self._n}", prompt, out, time.perf_counter(), path.endswith("chat/completions"), w,
                  bool(opts.get("continuous_usage_stats")), SpecStats(self.k) if self.k else None,
-                 sampled=float(req.get("temperature") or 0.0) > 0)
+                 sampled=float(req.get("temperature") or 0.0) > 0, run=self._run)
         self.counters["prompt"] += len(prompt)
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         self._waiting.append(r)
@@ -354,6 +406,57 @@ class ScriptedServer:
         return "\n".join(out) + "\n"
 
 
+class ServerProcess:
+    """Scripted servers (one per config, each on its own port) in a process of their own, so that their
+    steps never wait for the caller's GIL: ``with ServerProcess(...) as sp: sp.urls`` ({label: URL})."""
+
+    def __init__(self, workload: Sequence[Path], configs: dict[str, dict[str, Any] | None], *,
+                 law: dict[str, float] | None = None, gpu_curve: Path | None = None, gpu_costs: Any = None,
+                 traces: dict[str, Traces] | None = None, work_dir: Path | None = None) -> None:
+        import subprocess
+        import sys
+        import tempfile
+
+        args = [sys.executable, "-m", "specgauge.predict.scripted_server", "--law", json.dumps(law or {})]
+        for w in workload:
+            args += ["--workload", str(w)]
+        if gpu_curve is not None:
+            args += ["--gpu-curve", str(gpu_curve)]
+        if gpu_costs is not None:
+            args += ["--gpu-costs", gpu_costs.model_dump_json() if hasattr(gpu_costs, "model_dump_json") else json.dumps(gpu_costs)]
+        if traces:
+            d = Path(work_dir or tempfile.mkdtemp(prefix="specgauge-traces-"))
+            d.mkdir(parents=True, exist_ok=True)
+            tf = d / "traces.json"
+            tf.write_text(json.dumps(traces), encoding="utf-8")
+            args += ["--traces", str(tf)]
+        for label, spec in configs.items():
+            args += ["--config", f"{label}={json.dumps(spec) if spec else 'off'}"]
+        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self.close()
+            raise RuntimeError("the scripted servers did not start")
+        self.urls: dict[str, str] = json.loads(line)
+
+    def close(self) -> None:
+        import subprocess
+
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m specgauge.predict.scripted_server", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", type=Path, action="append", required=True)
@@ -366,8 +469,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=None)
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--served-model-name", default="scripted")
+    ap.add_argument("--gpu-curve", type=Path, default=None,
+                    help="step time from this measured GPU curve (predict.gpu_curve) instead of --law")
+    ap.add_argument("--gpu-costs", default="{}", help="JSON of GpuServerCosts fields (scale, host_par, ...)")
+    ap.add_argument("--traces", type=Path, default=None,
+                    help="JSON {label: traces} from replay_traces: drafts per step from the replay, not live")
     a = ap.parse_args(argv)
     law = json.loads(a.law)
+    all_traces = json.loads(a.traces.read_text(encoding="utf-8")) if a.traces else {}
+
+    def extra(label: str, spec: dict[str, Any] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if a.gpu_curve is not None:
+            from specgauge.predict.gpu_curve import GpuCurve, GpuServerCosts, gpu_step_function
+
+            method, k, _ = resolve_spec(spec)
+            out["step_fn"] = gpu_step_function(GpuCurve.load(a.gpu_curve), GpuServerCosts.model_validate_json(a.gpu_costs),
+                                               method, k)
+        tr = all_traces.get(label)
+        if tr is not None:
+            out["traces"] = [{key: (v[0], v[1]) for key, v in run.items()} for run in tr]
+        return out
+
     if a.config:
         import sys
         from contextlib import ExitStack
@@ -377,13 +500,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             for item in a.config:
                 label, _, body = item.partition("=")
                 spec = None if body in ("off", "") else json.loads(body)
-                srv = stack.enter_context(ScriptedServer(a.workload, law, a.shape, spec, a.max_batch, a.served_model_name))
+                srv = stack.enter_context(ScriptedServer(a.workload, law, a.shape, spec, a.max_batch, a.served_model_name,
+                                                         **extra(label, spec)))
                 urls[label] = srv.base_url
             print(json.dumps(urls), flush=True)
             sys.stdin.read()  # until the parent closes our stdin (or dies)
         return
     spec = json.loads(a.speculative_config) if a.speculative_config else None
-    srv = ScriptedServer(a.workload, law, a.shape, spec, a.max_batch, a.served_model_name, a.port)
+    srv = ScriptedServer(a.workload, law, a.shape, spec, a.max_batch, a.served_model_name, a.port, **extra("", spec))
     asyncio.run(srv.serve_forever())
 
 

@@ -40,5 +40,8 @@ class CellPrediction(BaseModel):
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     tokens_per_forward: float | None = None  #: mean tokens through the target per step (batch-flattened)
-    extrapolated: bool = False  #: tokens per forward beyond the largest measured in calibration
+    #: more than ``predict.BEYOND_SHARE`` of the predicted time lies in steps past the calibration's range
+    #: (tokens through a forward, batch size): the law's shape there was not measured
+    extrapolated: bool = False
+    beyond_range: float | None = None  #: share of the predicted step time past the measured range
     notes: list[str] = Field(default_factory=list)
