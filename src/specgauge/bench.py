@@ -35,7 +35,6 @@ from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.loadgen.runner import Runner, RunnerSettings, new_session, run_async
 from specgauge.paths import portable_path, public_url
 from specgauge.records import RequestRecord, ResultsFile, RunRecord
-from specgauge.report.bench_console import format_summary  # noqa: F401  (the CLI and tests import it from here)
 from specgauge.stats.latency import parse_goodput
 from specgauge.stats.replay_check import WARMUP_KEYS, check_bench_run
 from specgauge.stats.server_memory import parse_vllm_log

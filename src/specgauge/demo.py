@@ -135,12 +135,13 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
 
 def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
     from specgauge.api import profile, resolve_tokenizer
-    from specgauge.bench import BenchConfig, format_summary, run_bench
+    from specgauge.bench import BenchConfig, run_bench
     from specgauge.calibrate import CalibrateConfig, run_calibration
     from specgauge.drafters._suffix_native import resolve_backend
     from specgauge.i18n import get_lang, t
     from specgauge.models import available, draft_dir, target_dir
     from specgauge.predict import predict_cells
+    from specgauge.report.bench_console import format_summary
     from specgauge.report.console import render_profile, render_simulation
     from specgauge.report.decide_console import render_comparison
     from specgauge.report.html import ReportConfig, write_report

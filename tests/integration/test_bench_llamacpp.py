@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.bench import BenchConfig, format_summary, run_bench
+from specgauge.bench import BenchConfig, run_bench
 from specgauge.records import ResultsFile
+from specgauge.report.bench_console import format_summary
 from specgauge.servers import llamacpp_server
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.bench import BenchConfig, format_summary, run_bench
+from specgauge.bench import BenchConfig, run_bench
 from specgauge.loadgen.client_loop import STALL_WARNING_PREFIX
 from specgauge.records import ResultsFile, TokenCountSource
+from specgauge.report.bench_console import format_summary
 from specgauge.servers import vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv
 

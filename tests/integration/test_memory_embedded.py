@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.bench import BenchConfig, format_summary, run_bench
+from specgauge.bench import BenchConfig, run_bench
 from specgauge.engine.model import load_model
 from specgauge.models import available, draft_dir, target_dir
+from specgauge.report.bench_console import format_summary
 from specgauge.servers import embedded_server
 
 pytestmark = pytest.mark.skipif(not available(), reason="shipped tiny models missing")

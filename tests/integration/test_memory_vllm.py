@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.bench import BenchConfig, format_summary, run_bench
+from specgauge.bench import BenchConfig, run_bench
+from specgauge.report.bench_console import format_summary
 from specgauge.report.html import ReportConfig, write_report
 from specgauge.servers import vllm_server
 from specgauge.vllm_env import INSTALL_HINT, vllm_venv

@@ -48,8 +48,9 @@ def bench(
     lang: LangOpt = None,
 ) -> None:
     """Live benchmark: throughput, TTFT/TPOT/ITL/E2E percentiles, failures, acceptance from the server's counters."""
-    from specgauge.bench import BenchConfig, format_summary, run_bench
+    from specgauge.bench import BenchConfig, run_bench
     from specgauge.config import ConfigError, SpeculativeConfig
+    from specgauge.report.bench_console import format_summary
 
     spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None
     from specgauge.i18n import check_lang

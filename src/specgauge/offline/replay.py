@@ -39,7 +39,7 @@ from specgauge.drafters.base import (
 )
 from specgauge.errors import UserError
 from specgauge.workload.schema import WorkloadItem
-from specgauge.workload.tokenizer import Tokenizer, model_match
+from specgauge.workload.tokenizer import Tokenizer, model_match, resolve_tokenizer
 
 NO_RESPONSE = "no logged response"
 EMPTY_OUTPUT = "empty logged output"
@@ -251,8 +251,6 @@ class LazyTokenizer:
 
     def get(self) -> Tokenizer:
         if self._tok is None:
-            from specgauge.api import resolve_tokenizer
-
             self._tok = resolve_tokenizer(self._spec)
         self.loaded = True
         return self._tok

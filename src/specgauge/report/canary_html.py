@@ -10,7 +10,6 @@ autoescaping; plot labels are HTML-escaped (plotly reads a subset of HTML in lab
 
 from __future__ import annotations
 
-import html as _html
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from specgauge.canary.eventlog import read_events
 from specgauge.errors import UserError
+from specgauge.report.figures import fig_html, fmt_number, plot_label
 
 _COLORS = {"promote": "#2ca02c", "hold": "#8c8c8c", "rollback": "#d62728", "complete": "#1f77b4"}
 
@@ -125,14 +125,9 @@ def load_canary(path: Path) -> CanarySection:
     return sec
 
 
-def _label(s: str) -> str:
-    return _html.escape(s, quote=True)
-
-
 def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
     import plotly.graph_objects as go
 
-    from specgauge.report.html import _fig_html
 
     t0 = sec.started_at or (sec.timeline[0][0] if sec.timeline else 0.0)
     figs: dict[str, str] = {}
@@ -147,11 +142,11 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
             fig.add_trace(go.Scatter(
                 x=[w.t - t0 for w in ws], y=[w.weight for w in ws], mode="markers", name=action,
                 marker={"color": color, "size": 9 if action != "hold" else 6},
-                text=[_label(f"{w.outcome}: {w.reason[:300]}") for w in ws], hovertemplate="%{text}<extra></extra>"))
+                text=[plot_label(f"{w.outcome}: {w.reason[:300]}") for w in ws], hovertemplate="%{text}<extra></extra>"))
         share = "mirrored share (%)" if sec.mode == "shadow" else "candidate weight (%)"
-        fig.update_layout(title=_label(f"{sec.label}: weight over time and decisions"), xaxis_title="seconds since start",
+        fig.update_layout(title=plot_label(f"{sec.label}: weight over time and decisions"), xaxis_title="seconds since start",
                           yaxis_title=share, yaxis={"range": [-3, 103]})
-        figs["weight"] = _fig_html(fig, f"canary-weight-{i}")
+        figs["weight"] = fig_html(fig, f"canary-weight-{i}")
     if sec.windows:
         fig = go.Figure()
         for metric, dash in (("ttft", "solid"), ("e2e", "dot")):
@@ -166,9 +161,9 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
                     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"{metric.upper()} p95 {side}",
                                              line={"dash": dash, "color": color}))
         if fig.data:
-            fig.update_layout(title=_label(f"{sec.label}: p95 latency per evaluation window"), xaxis_title="seconds since start",
+            fig.update_layout(title=plot_label(f"{sec.label}: p95 latency per evaluation window"), xaxis_title="seconds since start",
                               yaxis_title="ms", yaxis_type="log")
-            figs["latency"] = _fig_html(fig, f"canary-latency-{i}")
+            figs["latency"] = fig_html(fig, f"canary-latency-{i}")
     return figs
 
 
@@ -209,10 +204,9 @@ def render_canaries(sections: Sequence[CanarySection]) -> str:
         return ""
     import jinja2
 
-    from specgauge.report.html import _fmt
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["f"] = _fmt
+    env.filters["f"] = fmt_number
     figs = [{k: jinja2.utils.markupsafe.Markup(v) for k, v in canary_figures(s, i).items()} for i, s in enumerate(sections)]
     figs = [{"weight": f.get("weight"), "latency": f.get("latency")} for f in figs]
     return str(env.from_string(_TEMPLATE).render(

@@ -13,7 +13,6 @@ Each section appears when its data was passed and says what to pass when it was 
 from __future__ import annotations
 
 import hashlib
-import html as _html
 import json
 import math
 import time
@@ -34,6 +33,7 @@ from specgauge.report.canary_html import (
     render_canaries,
     split_canaries,
 )
+from specgauge.report.figures import fig_html, fmt_number, plot_label
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
 from specgauge.simulate.run import SimulateResult
@@ -218,18 +218,6 @@ def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
 # ---------------------------------------------------------------------------- figures
 
 
-def _label(s: str) -> str:
-    """Text for plotly labels: plotly reads a subset of HTML in labels, so escape it all."""
-    return _html.escape(s, quote=True)
-
-
-def _fig_html(fig: Any, div_id: str, height: int = 380) -> str:
-    left = max(60, fig.layout.margin.l or 0)
-    fig.update_layout(template="plotly_white", margin={"l": left, "r": 20, "t": 50, "b": 50}, height=height)
-    return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{div_id}",
-                           config={"displaylogo": False, "responsive": True}))
-
-
 def _cdf(vals: Sequence[float]) -> tuple[list[float], list[float]]:
     a = np.sort(np.asarray(vals, float))
     if a.size == 0:
@@ -257,10 +245,10 @@ def latency_figures(runs: Sequence[LoadedRun]) -> dict[str, str]:
         fig = go.Figure()
         for r in bench:
             xs, ys = _cdf(get(r))
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_label(r.label), line={"shape": "hv"}))
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=plot_label(r.label), line={"shape": "hv"}))
         fig.update_layout(title=t("report.fig.cdf", title=title), xaxis_title=f"{title} ({unit})",
                           yaxis_title=t("report.fig.share_requests") if key != "itl" else t("report.fig.share_tokens"))
-        out[key] = _fig_html(fig, f"cdf-{key}")
+        out[key] = fig_html(fig, f"cdf-{key}")
     return out
 
 
@@ -273,30 +261,30 @@ def acceptance_figures(data: ReportData) -> dict[str, str]:
         for s in sim.overall.summaries:
             if sim.overall.best_k.get(s.method) == s.k:
                 pos.add_trace(go.Scatter(x=list(range(len(s.per_position_rate))), y=s.per_position_rate, mode="lines+markers",
-                                         name=_label(t("report.fig.simulated", label=label, method=s.method, k=s.k))))
+                                         name=plot_label(t("report.fig.simulated", label=label, method=s.method, k=s.k))))
     for row in data.runs:
         if row.per_position:
             how = t("report.fig.measured_counters") if row.acceptance_origin == "counters" else t("report.fig.measured")
             pos.add_trace(go.Scatter(x=list(range(len(row.per_position))), y=row.per_position, mode="lines+markers",
-                                     name=_label(f"{row.label} ({how})"), line={"dash": "dot"}))
+                                     name=plot_label(f"{row.label} ({how})"), line={"dash": "dot"}))
     if pos.data:
         pos.update_layout(title=t("report.fig.acc_position"), xaxis_title=t("report.fig.draft_position"), yaxis_title=t("report.fig.acc_rate"),
                           yaxis_range=[0, 1.02])
-        out["position"] = _fig_html(pos, "acc-position")
+        out["position"] = fig_html(pos, "acc-position")
     for i, (label, sim) in enumerate(data.simulations.items()):
         rows = [(t("report.v.overall"), sim.overall), *sim.segments.items()]
         ylabels, z = [], []
         for seg, sr in rows:
             for m in sim.methods:
-                ylabels.append(_label(f"{seg} · {m}"))
+                ylabels.append(plot_label(f"{seg} · {m}"))
                 by_k = {s.k: s.acceptance_rate for s in sr.summaries if s.method == m}
                 z.append([by_k.get(k) for k in sim.ks])
         hm = go.Figure(go.Heatmap(z=z, x=[str(k) for k in sim.ks], y=ylabels, colorscale="Viridis", zmin=0, zmax=1,
                                   colorbar={"title": t("report.c.acc_rate")},
                                   text=[[("" if v is None else f"{v:.2f}") for v in row] for row in z], texttemplate="%{text}"))
-        hm.update_layout(title=_label(t("report.fig.heatmap", label=label)), xaxis_title=t("report.fig.k_axis"))
+        hm.update_layout(title=plot_label(t("report.fig.heatmap", label=label)), xaxis_title=t("report.fig.k_axis"))
         hm.update_layout(margin={"l": 200})
-        out[f"heatmap-{i}"] = _fig_html(hm, f"acc-heatmap-{i}", height=max(320, 34 * len(ylabels) + 120))
+        out[f"heatmap-{i}"] = fig_html(hm, f"acc-heatmap-{i}", height=max(320, 34 * len(ylabels) + 120))
     return out
 
 
@@ -311,10 +299,10 @@ def throughput_figure(data: ReportData) -> str | None:
         sel = sorted((r for r in rows if r.speculative is spec), key=lambda r: r.max_concurrency or 0)
         if sel:
             fig.add_trace(go.Scatter(x=[r.max_concurrency for r in sel], y=[r.output_throughput for r in sel], mode="lines+markers",
-                                     name=name, text=[_label(r.label) for r in sel], hovertemplate="%{text}<br>%{x}: %{y:.1f} tok/s"))
+                                     name=name, text=[plot_label(r.label) for r in sel], hovertemplate="%{text}<br>%{x}: %{y:.1f} tok/s"))
     fig.update_layout(title=t("report.fig.throughput"), xaxis_title=t("report.fig.max_conc"), yaxis_title=t("report.fig.out_tps"),
                       xaxis_type="log")
-    return _fig_html(fig, "throughput")
+    return fig_html(fig, "throughput")
 
 
 def measured_speedups(data: ReportData) -> list[dict[str, Any]]:
@@ -339,7 +327,7 @@ def speedup_figure(data: ReportData) -> str | None:
                         key=lambda p: p.batch)
             if ps:
                 fig.add_trace(go.Scatter(x=[p.batch for p in ps], y=[p.predicted_speedup for p in ps], mode="lines+markers",
-                                         name=_label(t("report.fig.predicted", method=m, k=k, label=label))))
+                                         name=plot_label(t("report.fig.predicted", method=m, k=k, label=label))))
     meas = measured_speedups(data)
     if meas:
         fig.add_trace(go.Scatter(x=[m["concurrency"] for m in meas], y=[m["speedup"] for m in meas], mode="markers",
@@ -352,22 +340,16 @@ def speedup_figure(data: ReportData) -> str | None:
                 x=[x], y=[o.speedup.estimate], mode="markers", marker={"size": 12, "symbol": "square"},
                 error_y={"type": "data", "symmetric": False, "array": [o.speedup.high - o.speedup.estimate],
                          "arrayminus": [o.speedup.estimate - o.speedup.low]},
-                name=_label(t("report.fig.measured_compare", cand=c.candidate.label, base=c.baseline.label))))
+                name=plot_label(t("report.fig.measured_compare", cand=c.candidate.label, base=c.baseline.label))))
     if not fig.data:
         return None
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
     fig.update_layout(title=t("report.fig.speedup"), xaxis_title=t("report.fig.batch"), yaxis_title=t("report.fig.speedup_axis"),
                       xaxis_type="log")
-    return _fig_html(fig, "speedup")
+    return fig_html(fig, "speedup")
 
 
 # ---------------------------------------------------------------------------- rendering
-
-
-def _fmt(v: Any, spec: str = "{:.1f}") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return spec.format(v)
 
 
 def _t_markup(key: str, **params: Any) -> Any:
@@ -394,7 +376,7 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                              autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["f"] = _fmt
+    env.filters["f"] = fmt_number
     env.globals.update(t=_t_markup, tr=translate, mem=memory_value,
                        data=lambda v: Markup('<span class="data">{}</span>').format(v))
     figs = {

@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from specgauge.errors import UserError
 from specgauge.paths import resolve_portable
 from specgauge.records import RequestRecord, ResultsFile, SpecCounts
+from specgauge.simulate.compare import compare_simulations
 from specgauge.simulate.run import SimulateResult
-from specgauge.stats.compare import AcceptanceStats, CompareConfig, compare_simulations
+from specgauge.stats.compare import AcceptanceStats, CompareConfig
 from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.memory import compare_memory

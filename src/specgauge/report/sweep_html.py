@@ -11,7 +11,6 @@ HTML in labels).
 
 from __future__ import annotations
 
-import html as _html
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from specgauge.recommend.models import KIND as REC_KIND
 from specgauge.recommend.models import Recommendation
+from specgauge.report.figures import fig_html, fmt_number, plot_label
 from specgauge.sweep.models import MANIFEST, SweepManifest
 
 
@@ -81,14 +81,9 @@ def split_inputs(paths: Sequence[Path]) -> tuple[list[SweepSection], list[Recomm
 # ---------------------------------------------------------------------------- figures
 
 
-def _l(s: str) -> str:
-    return _html.escape(s, quote=True)
-
-
 def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
     import plotly.graph_objects as go
 
-    from specgauge.report.html import _fig_html
 
     a = sec.manifest.analysis
     if a is None:
@@ -103,7 +98,7 @@ def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
                     key=lambda c: c.concurrency)
         if cs:
             sp.add_trace(go.Scatter(
-                x=[c.concurrency for c in cs], y=[c.speedup.estimate for c in cs], mode="lines+markers", name=_l(label),  # type: ignore[union-attr]
+                x=[c.concurrency for c in cs], y=[c.speedup.estimate for c in cs], mode="lines+markers", name=plot_label(label),  # type: ignore[union-attr]
                 error_y={"type": "data", "symmetric": False,
                          "array": [(c.speedup.high or c.speedup.estimate) - c.speedup.estimate for c in cs],  # type: ignore[union-attr,operator]
                          "arrayminus": [c.speedup.estimate - (c.speedup.low or c.speedup.estimate) for c in cs]}))  # type: ignore[union-attr,operator]
@@ -111,40 +106,40 @@ def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
                     key=lambda c: c.concurrency)
         if ps:
             sp.add_trace(go.Scatter(x=[c.concurrency for c in ps], y=[c.predicted.speedup for c in ps], mode="lines",  # type: ignore[union-attr]
-                                    line={"dash": "dash"}, name=_l(f"{label} (predicted)")))
+                                    line={"dash": "dash"}, name=plot_label(f"{label} (predicted)")))
     if sp.data:
         sp.add_hline(y=1.0, line_dash="dot", line_color="grey")
         if a.min_speedup != 1.0:
             sp.add_hline(y=a.min_speedup, line_dash="dash", line_color="#b7791f")
-        sp.update_layout(title=f"Speedup vs concurrency (against {_l(a.baseline)}; bars: 95 % CI)",
+        sp.update_layout(title=f"Speedup vs concurrency (against {plot_label(a.baseline)}; bars: 95 % CI)",
                          xaxis_title="concurrency", yaxis_title="speedup (×)", xaxis={"type": "log", "tickvals": a.concurrencies})
-        out["speedup"] = _fig_html(sp, f"sweep{idx}-speedup")
+        out["speedup"] = fig_html(sp, f"sweep{idx}-speedup")
     lat = go.Figure()
     for label in a.labels:
         cs = sorted((c for c in done if c.label == label and c.e2e_p95_ms is not None), key=lambda c: c.concurrency)
         if cs:
-            lat.add_trace(go.Scatter(x=[c.concurrency for c in cs], y=[c.e2e_p95_ms for c in cs], mode="lines+markers", name=_l(label)))
+            lat.add_trace(go.Scatter(x=[c.concurrency for c in cs], y=[c.e2e_p95_ms for c in cs], mode="lines+markers", name=plot_label(label)))
     if lat.data:
         lat.update_layout(title="p95 end-to-end latency vs concurrency", xaxis_title="concurrency", yaxis_title="E2E p95 (ms)",
                           xaxis={"type": "log", "tickvals": a.concurrencies})
-        out["latency"] = _fig_html(lat, f"sweep{idx}-latency")
+        out["latency"] = fig_html(lat, f"sweep{idx}-latency")
     tl = go.Figure()
     for label in a.labels:
         cs = [c for c in done if c.label == label and c.e2e_p95_ms is not None and c.throughput_tok_s is not None]
         if cs:
-            tl.add_trace(go.Scatter(x=[c.e2e_p95_ms for c in cs], y=[c.throughput_tok_s for c in cs], mode="markers", name=_l(label),
-                                    text=[_l(f"{label} @ {c.concurrency}") for c in cs], marker={"size": 9},
+            tl.add_trace(go.Scatter(x=[c.e2e_p95_ms for c in cs], y=[c.throughput_tok_s for c in cs], mode="markers", name=plot_label(label),
+                                    text=[plot_label(f"{label} @ {c.concurrency}") for c in cs], marker={"size": 9},
                                     hovertemplate="%{text}<br>p95 %{x:.0f} ms, %{y:.1f} tok/s"))
     if a.pareto:
         front = sorted(a.pareto, key=lambda p: p.e2e_p95_ms)
         tl.add_trace(go.Scatter(x=[p.e2e_p95_ms for p in front], y=[p.throughput_tok_s for p in front], mode="lines+markers",
                                 name="Pareto front", line={"color": "black", "dash": "dot"},
                                 marker={"symbol": "circle-open", "size": 16, "color": "black"},
-                                text=[_l(f"{p.label} @ {p.concurrency}") for p in front], hovertemplate="%{text}"))
+                                text=[plot_label(f"{p.label} @ {p.concurrency}") for p in front], hovertemplate="%{text}"))
     if tl.data:
         tl.update_layout(title="Throughput vs p95 latency (each point a config at one concurrency)",
                          xaxis_title="E2E p95 (ms)", yaxis_title="output tokens/s")
-        out["pareto"] = _fig_html(tl, f"sweep{idx}-pareto")
+        out["pareto"] = fig_html(tl, f"sweep{idx}-pareto")
     return out
 
 
@@ -154,11 +149,10 @@ def render_sections(sweeps: Sequence[SweepSection], recs: Sequence[Recommendatio
         return ""
     import jinja2
 
-    from specgauge.report.html import _fmt
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                              autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["f"] = _fmt
+    env.filters["f"] = fmt_number
     figs = [{k: jinja2.utils.markupsafe.Markup(v) for k, v in sweep_figures(s, i).items()} for i, s in enumerate(sweeps)]
     all_recs: list[Any] = [(s.label, s.recommendation) for s in sweeps if s.recommendation is not None]
     all_recs += [(r.source_name, r) for r in recs]

@@ -259,3 +259,25 @@ def load_tokenizer(spec: str | Path | None) -> Tokenizer:
     if not p.exists():
         raise TokenizerError(f"--tokenizer {s}: no such directory (specgauge loads tokenizers from local directories only)")
     return HFTokenizer(p)
+
+
+def default_tokenizer_spec() -> str | None:
+    """The shipped tiny target's tokenizer when the package carries it (the sample workload was made
+    for it), else None (the labelled approximation)."""
+    try:
+        from specgauge.models import target_dir  # the shipped weights (a leaf package)
+    except ImportError:
+        return None
+    d = target_dir()
+    return str(d) if (Path(d) / "tokenizer.json").is_file() else None
+
+
+def resolve_tokenizer(spec: str | None) -> Tokenizer:
+    """The tokenizer the user named, else the shipped tiny model's (labelled so: it is not the user's
+    model's tokenizer unless the workload names the shipped model)."""
+    if spec is not None:
+        return load_tokenizer(spec)
+    tok = load_tokenizer(default_tokenizer_spec())
+    if hasattr(tok, "origin"):
+        tok.origin = "the shipped tiny model's tokenizer, used by default"
+    return tok
