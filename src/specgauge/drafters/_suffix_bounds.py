@@ -90,7 +90,15 @@ def _interval(t: SuffixTrace, n_out: int, k: int, sound: bool) -> tuple[tuple[in
         c = (int((d > 0).sum()), int(d.sum()), int(acc.sum()))
         return c, c
     c = (int((d[:fu] > 0).sum()), int(d[:fu].sum()), int(acc[:fu].sum()))
-    rest = n_out - (1 + int(acc[:fu].sum()) + fu)  # output tokens the steps from fu on emitted
+    start = 1 + int(acc[:fu].sum()) + fu  # the output position where step fu starts
+    if t.positions is not None and t.checked:  # every path a server could take from there (a draft per position)
+        from specgauge.drafters._suffix_positions import path_bounds
+
+        pb = path_bounds(t.positions, n_out, start, t.pinned_final)
+        if pb is not None:
+            (l0, l1, l2), (h0, h1, h2) = pb
+            return (c[0] + l0, c[1] + l1, c[2] + l2), (c[0] + h0, c[1] + h1, c[2] + h2)
+    rest = n_out - start  # output tokens the steps from fu on emitted
     return c, (c[0] + rest, c[1] + k * rest, c[2] + max(0, rest - 1) + k)
 
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -113,6 +113,9 @@ class SuffixTrace(ReplayTrace):
     #: with ``SuffixDrafter(bounds=True)``: [low, high] of drafts, draft tokens and accepted tokens over
     #: the two extremes of what the server learned and accepted past the cuts
     bounds: CountBounds | None = None
+    #: with bounds: the draft at every output position (``_suffix_positions``) and the final-step count
+    positions: Any = field(default=None, repr=False)
+    pinned_final: int | None = None
 
 
 @register_drafter("suffix")
@@ -252,11 +255,11 @@ class SuffixDrafter:
         k = int(_check("k", k, 1))
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
         if self._high is not None:
+            sound = self._unpinned_tails == 0
             lo = self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
-            lo.bounds = CountBounds.of(lo, hi, len(output_ids), k, sound=self._unpinned_tails == 0)
+            lo.bounds = CountBounds.of(lo, hi, len(output_ids), k, sound=sound)
             if lo.open_end and final_accepted is None:  # as a trace without bounds says it
                 lo.tail_unknown = lo.tail_bound
-                self._unpinned_tails += 1
             return lo
         return self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
 
@@ -288,6 +291,14 @@ class SuffixDrafter:
                 drafted, accepted, req.seen, draft = self._native.replay_steps(
                     request_id, tokens, prompt_len, req.seen, k, self.max_spec_factor, self.min_token_prob,
                     self.max_model_len)
+            elif self._world is not None and self._unpinned_tails == 0:  # sound bounds: a draft per position
+                from specgauge.drafters._suffix_positions import replay_path, replay_positions
+
+                positions, req.seen = replay_positions(
+                    req.tree, self.global_tree, self._req_to_seq.get(request_id), tokens, prompt_len,  # type: ignore[arg-type]
+                    req.seen, k, self._limits, self._min_prob, self.max_model_len,
+                    self.unknown_tails if checked else None)
+                drafted, accepted, draft, first_uncertain = replay_path(positions, len(tokens) - prompt_len)
             else:
                 from specgauge.drafters._suffix_replay import replay_steps
 
@@ -298,6 +309,8 @@ class SuffixDrafter:
         trace = SuffixTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64),
                             final_draft=list(draft), first_uncertain=first_uncertain, checked=checked,
                             cache_unknown=self._cache_unknown())
+        if self._world is not None and self._unpinned_tails == 0 and len(tokens) - prompt_len > 1:
+            trace.positions, trace.pinned_final = positions, final_accepted
         self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
         self._finish(request_id, req, tokens[prompt_len:] + trace.tail_learned, trace.tail_unknown)
         return trace
@@ -315,6 +328,7 @@ class SuffixDrafter:
         d = trace.final_draft
         trace.tail_bound = len(d) - a + 1
         if final_accepted is None and self._world is not None:  # an extreme: all of it accepted, or none
+            self._unpinned_tails += 1  # from here on the bounds are the extremes, no guarantee
             final_accepted = len(d) if self._world == "high" else a
         if final_accepted is not None and a <= final_accepted <= len(d):
             trace.tail_learned = d[a:final_accepted] + ([int(bonus)] if bonus is not None else [])

@@ -1,0 +1,145 @@
+"""Suffix replay at every output position, for sound per-request bounds (``SuffixDrafter(bounds=True)``).
+
+A step that starts at output position p drafts from the cache as it is once the request's own tokens
+before p are learned, whatever steps came before: so the draft at p is a function of p alone. This
+module computes, for every p, that draft and whether it is certain (``_suffix_bounds.
+global_draft_certain``: the same for every value of the unknown tokens in the cache). The replay's
+own steps follow from the table (start at 1, go to p + accepted + 1), and so does every path a server
+could have taken where a draft was uncertain (``path_bounds``): the server's counts lie between the
+least and the most over those paths.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from specgauge.drafters._suffix_bounds import global_draft_certain
+from specgauge.drafters._suffix_tree import best_draft
+
+if TYPE_CHECKING:
+    from specgauge.drafters._suffix_bounds import UnknownTails
+    from specgauge.drafters._suffix_tree import SuffixTree
+
+
+@dataclass
+class Positions:
+    """Per output position p (index 0 unused: the prefill's token): the draft there, tokens of it the
+    output continues with, and whether the draft is certain; ``cap[p]``: the most tokens it may hold."""
+
+    drafts: list[list[int]]
+    matched: list[int]
+    certain: list[bool]
+    cap: list[int]
+
+
+def replay_positions(local: SuffixTree, glob: SuffixTree, seq: int | None, tokens: list[int], prompt_len: int,
+                     seen: int, k: int, limits: list[int], min_prob: float, max_model_len: int | None,
+                     tails: UnknownTails | None) -> tuple[Positions, int]:
+    """The table for a begun request whose prompt + output is ``tokens`` (arguments as
+    ``_suffix_replay.replay_steps``); returns it and the tokens learned."""
+    depth = local.max_depth
+    total = len(tokens)
+    n_out = total - prompt_len
+    pos = Positions([[]], [0], [True], [0])
+    groot = glob.root
+    for n in range(prompt_len + 1, total):
+        draft: list[int] = []
+        certain = True
+        kk = 0
+        if max_model_len is None or n < max_model_len:  # else vLLM skips the request, learning nothing
+            kk = k if max_model_len is None else min(k, max_model_len - n - 1)
+            for i in range(seen, n):
+                local.append(0, tokens[i])
+                if seq is not None:
+                    glob.append(seq, tokens[i])
+            seen = n
+            context = tokens[n - depth : n] if n > depth else tokens[:n]
+            l_score, draft, _, _ = best_draft(local.root, context, local.active_nodes(0), kk, limits, min_prob, -1.0)
+            if groot.children:
+                g_active = glob.active_nodes(seq) if seq is not None else ()
+                _, g_draft, _, _ = best_draft(groot, context, g_active, kk, limits, min_prob, max(l_score, 0.0))
+                if g_draft:
+                    draft = g_draft
+                if tails is not None and tails.total:
+                    certain = global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)
+        a = 0
+        while a < len(draft) and n + a < total and draft[a] == tokens[n + a]:
+            a += 1
+        pos.drafts.append(draft)
+        pos.matched.append(a)
+        pos.certain.append(certain)
+        pos.cap.append(max(kk, 0))
+    assert len(pos.drafts) == max(1, n_out)
+    return pos, seen
+
+
+def replay_path(pos: Positions, n_out: int) -> tuple[list[int], list[int], list[int], int | None]:
+    """The replay's own steps through the table: (drafted, accepted, final draft, first uncertain step)."""
+    drafted: list[int] = []
+    accepted: list[int] = []
+    draft: list[int] = []
+    first: int | None = None
+    p = 1
+    while p < n_out:
+        draft, a = pos.drafts[p], pos.matched[p]
+        if first is None and not pos.certain[p]:
+            first = len(drafted)
+        drafted.append(len(draft))
+        accepted.append(a)
+        p += a + 1
+    return drafted, accepted, draft, first
+
+
+_INF = math.inf
+
+
+def path_bounds(pos: Positions, n_out: int, start: int, final_accepted: int | None
+                ) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """(low, high) of (drafts, draft tokens, accepted tokens) over every path from output position
+    ``start`` to the end: a certain position has one step, an uncertain one any draft of up to its cap
+    (accepting any prefix of the output's rest). ``final_accepted``: the server's count at its final
+    step (pins that step; paths that disagree with it are not the server's). None: no path agrees."""
+    lo = [[0.0, 0.0, 0.0] for _ in range(n_out + 1)]
+    hi = [[0.0, 0.0, 0.0] for _ in range(n_out + 1)]
+    ok = [False] * (n_out + 1)
+    ok[n_out] = True
+    for p in range(n_out - 1, start - 1, -1):
+        rest = n_out - p
+        if pos.certain[p]:
+            d = pos.drafts[p]
+            options = [(len(d), len(d), pos.matched[p])]
+        else:
+            c = pos.cap[p]
+            options = [(a, c, a) for a in range(0, min(c, rest) + 1)]
+        best_lo, best_hi, any_ok = [_INF] * 3, [-_INF] * 3, False
+        for l_min, l_max, a in options:
+            nxt = p + min(a + 1, rest)
+            if not ok[nxt]:
+                continue
+            if nxt == n_out:  # the final step: vLLM counts acceptance past the output's end too
+                if a >= rest:  # the output ended inside the accepted draft
+                    if final_accepted is not None:
+                        if not a <= final_accepted <= l_max:
+                            continue
+                        acc = (final_accepted, final_accepted)
+                    else:
+                        acc = (a, l_max)
+                elif final_accepted is not None and final_accepted != a:
+                    continue
+                else:
+                    acc = (a, a)
+            else:
+                acc = (a, a)
+            step_lo = (1 if l_min > 0 else 0, l_min, acc[0])
+            step_hi = (1 if l_max > 0 else 0, l_max, acc[1])
+            for i in range(3):
+                best_lo[i] = min(best_lo[i], step_lo[i] + lo[nxt][i])
+                best_hi[i] = max(best_hi[i], step_hi[i] + hi[nxt][i])
+            any_ok = True
+        if any_ok:
+            ok[p], lo[p], hi[p] = True, best_lo, best_hi
+    if not ok[start]:
+        return None
+    return (tuple(int(x) for x in lo[start]), tuple(int(x) for x in hi[start]))  # type: ignore[return-value]
