@@ -219,3 +219,35 @@ def test_recommend_cli_json_and_user_errors(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     html = (tmp_path / "r.html").read_text()
     assert 'id="sweep-0"' in html and 'id="recommendation-0"' in html and "num_speculative_tokens_per_batch_size" in html
+
+
+def test_report_reads_a_sweep_once_and_renders_the_stored_recommendation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report computes nothing it was given: sweep.json is read once, and the recommendation
+    ``specgauge sweep`` stored beside it is rendered as stored; without one (or older than sweep.json)
+    it is computed from that same reading."""
+    from specgauge.recommend import sources
+    from specgauge.report.sweep_html import split_inputs
+    from specgauge.sweep import models
+
+    d = _write_sweep(tmp_path / "mysweep")
+    loads: list[Path] = []
+    real_load = models.SweepManifest.load.__func__  # type: ignore[attr-defined]
+
+    def counting_load(cls: type, path: Path) -> models.SweepManifest:
+        loads.append(Path(path))
+        return real_load(cls, path)
+
+    monkeypatch.setattr(models.SweepManifest, "load", classmethod(counting_load))
+    (sec,), recs, rest = split_inputs([d])
+    assert len(loads) == 1 and not recs and not rest
+    assert sec.recommendation is not None and [b.choice for b in sec.recommendation.bands] == ["ngram-k4", "off"]
+    stored = sources.store_recommendation(models.SweepManifest.model_validate_json((d / "sweep.json").read_text()), d)
+    assert stored == d / sources.STORED
+
+    def no_compute(*a: object, **k: object) -> None:
+        raise AssertionError("the report recomputed a stored recommendation")
+
+    monkeypatch.setattr(sources, "recommend_from_manifest", no_compute)
+    loads.clear()
+    (sec2,), _, _ = split_inputs([d])
+    assert len(loads) == 1 and sec2.recommendation == sec.recommendation

@@ -100,6 +100,9 @@ def sweep(
         sys.stdout.write(json.dumps(m.model_dump(mode="json"), ensure_ascii=False, indent=1) + "\n")
     else:
         render_sweep(m, console)
+    from specgauge.recommend.sources import store_recommendation
+
+    store_recommendation(m, result.out_dir)  # computed once here; the report renders it
     report = result.out_dir / "report.html"
     write_report(ReportConfig(inputs=[result.out_dir], out=report, title=f"specgauge sweep: {result.out_dir.resolve().name}"))
     if not as_json:

@@ -52,15 +52,21 @@ def options_from_analysis(a: SweepAnalysis, max_divergence: float = 0.02) -> tup
     return opts, segs, notes
 
 
+#: the recommendation ``specgauge sweep`` stores beside sweep.json (default settings), for the report
+STORED = "recommendation.json"
+
+
 def recommend_from_sweep(sweep_dir: Path, settings: RecommendSettings | None = None) -> Recommendation:
     """The recommendation from a sweep directory (its analysis is recomputed when sweep.json has none)."""
-    m = SweepManifest.load(sweep_dir)
-    a = m.analysis
-    if a is None:
-        from specgauge.sweep.run import reanalyze
+    from specgauge.sweep.run import load_analysed
 
-        a = reanalyze(sweep_dir).analysis
-        assert a is not None
+    return recommend_from_manifest(load_analysed(sweep_dir), sweep_dir, settings)
+
+
+def recommend_from_manifest(m: SweepManifest, sweep_dir: Path, settings: RecommendSettings | None = None) -> Recommendation:
+    """The recommendation from a sweep's analysed manifest (read from ``sweep_dir``)."""
+    a = m.analysis
+    assert a is not None, "an analysed manifest (sweep.run.load_analysed)"
     if not a.baseline:
         raise RecommendError(f"{sweep_dir}: the sweep has no configuration without speculation; nothing to measure speedups against")
     opts, segs, notes = options_from_analysis(a)
@@ -69,6 +75,20 @@ def recommend_from_sweep(sweep_dir: Path, settings: RecommendSettings | None = N
     name = Path(sweep_dir).resolve().name if Path(sweep_dir).is_dir() else Path(sweep_dir).resolve().parent.name
     return recommend(opts, a.concurrencies, source="sweep", source_name=name, settings=settings,
                      segment_options=segs if len(segs) > 1 else None, notes=notes + a.notes)
+
+
+def store_recommendation(m: SweepManifest, sweep_dir: Path) -> Path | None:
+    """Compute the default recommendation of a finished sweep once and store it beside sweep.json
+    (``STORED``), where the report reads it; None when the sweep gives none (the report says why)."""
+    if m.analysis is None:
+        return None
+    try:
+        rec = recommend_from_manifest(m, sweep_dir)
+    except RecommendError:
+        return None
+    path = Path(sweep_dir) / STORED
+    path.write_text(rec.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 def options_from_predictions(preds: Sequence[CellPrediction]) -> tuple[list[Option], list[str]]:

@@ -46,9 +46,12 @@ def is_sweep(path: Path) -> bool:
 
 
 def split_inputs(paths: Sequence[Path]) -> tuple[list[SweepSection], list[Recommendation], list[Path]]:
-    """(sweeps, recommendations, everything else) among report inputs. A sweep without a
-    recommendation JSON beside it gets one computed (default margin)."""
-    from specgauge.recommend import RecommendError, recommend_from_sweep
+    """(sweeps, recommendations, everything else) among report inputs. A sweep is read once: its stored
+    analysis and the recommendation ``specgauge sweep`` stored beside it (``recommend.sources.STORED``,
+    used while it is not older than sweep.json); a sweep without them (interrupted, older, or run from
+    the library) gets them computed here from that one reading (default margin)."""
+    from specgauge.recommend.sources import STORED, RecommendError, recommend_from_manifest
+    from specgauge.sweep.run import load_analysed
 
     sweeps: list[SweepSection] = []
     recs: list[Recommendation] = []
@@ -57,16 +60,16 @@ def split_inputs(paths: Sequence[Path]) -> tuple[list[SweepSection], list[Recomm
         p = Path(p)
         if is_sweep(p):
             d = p if p.is_dir() else p.parent
-            m = SweepManifest.load(d)
-            if m.analysis is None:
-                from specgauge.sweep.run import reanalyze
-
-                m = reanalyze(d)
+            m = load_analysed(d)
             sec = SweepSection(label=d.resolve().name, manifest=m)
-            try:
-                sec.recommendation = recommend_from_sweep(d)
-            except RecommendError as e:
-                sec.notes.append(f"no recommendation: {e}")
+            stored = d / STORED
+            if stored.is_file() and stored.stat().st_mtime >= (d / MANIFEST).stat().st_mtime:
+                sec.recommendation = Recommendation.model_validate(json.loads(stored.read_text(encoding="utf-8")))
+            else:
+                try:
+                    sec.recommendation = recommend_from_manifest(m, d)
+                except RecommendError as e:
+                    sec.notes.append(f"no recommendation: {e}")
             sweeps.append(sec)
         elif _is_recommendation(p):
             recs.append(Recommendation.model_validate(json.loads(p.read_text(encoding="utf-8"))))

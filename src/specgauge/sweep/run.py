@@ -85,11 +85,19 @@ def run_sweep(cfg: SweepConfig, console: Any = None) -> SweepResult:
     return result
 
 
-def reanalyze(out_dir: Path, *, min_speedup: float = 1.0) -> SweepManifest:
-    """Recompute the analysis of an existing sweep directory (predictions already there are kept)."""
-    m = SweepManifest.load(out_dir)
+def reanalyze(out_dir: Path, *, min_speedup: float = 1.0, manifest: SweepManifest | None = None) -> SweepManifest:
+    """Recompute the analysis of an existing sweep directory (predictions already there are kept);
+    ``manifest``: its sweep.json, already loaded."""
+    m = manifest if manifest is not None else SweepManifest.load(out_dir)
     old = m.analysis
     m.analysis = analyze(out_dir, m, min_speedup=min_speedup, prediction=old.prediction if old else None)
     if old is not None:
         attach_predictions(m.analysis, [c.predicted for c in old.cells if c.predicted is not None])
     return m
+
+
+def load_analysed(out_dir: Path) -> SweepManifest:
+    """A sweep directory's manifest, read once, with its stored analysis (computed only for a sweep.json
+    that has none: an interrupted or older sweep)."""
+    m = SweepManifest.load(out_dir)
+    return m if m.analysis is not None else reanalyze(out_dir, manifest=m)
