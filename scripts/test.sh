@@ -25,4 +25,7 @@ command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq 
 .venv/bin/python -c "import arctic_inference.suffix_decoding" 2>/dev/null || { .venv/bin/python -m pip install -q nanobind==2.9.2 grpcio-tools wheel 2>&1 | grep -v "is ignored"; PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-build-isolation 'arctic-inference==0.3.0' 2>&1 | grep -v "is ignored"; .venv/bin/python -c "import arctic_inference.suffix_decoding"; } || echo "WARNING: arctic-inference (native suffix drafter backend) did not install; its tests will skip" >&2
 .venv/bin/python -c "import ray.data" 2>/dev/null || .venv/bin/python -m pip install -q -e '.[ray]' 2>&1 | grep -v "is ignored" || true
 .venv/bin/python -c "import ray.data" 2>/dev/null || echo "WARNING: Ray (specgauge[ray]) did not install; the scale-out tests will skip" >&2
+# the wheel a user pip-installs: python -m build, a fresh venv, the short path from it (~1-2 min;
+# skips with a WARNING only where it cannot run; SPECGAUGE_SKIP_WHEEL=1 leaves it out)
+[[ "${SPECGAUGE_SKIP_WHEEL:-0}" == "1" ]] || bash scripts/test_wheel.sh
 exec .venv/bin/python -m pytest -q "$@"
