@@ -183,11 +183,12 @@ def replay_one(drafter: Drafter, rid: str, prompt: Sequence[int], out: Sequence[
 class MethodReplay:
     """One draft method at every k of ``ks``, fed requests in arrival order (see the module's docstring).
     ``context``: options every drafter of it may take (``target_vocab_size``, ``max_model_len``…).
-    ``where`` prefixes error messages (default ``--method LABEL``)."""
+    ``where`` prefixes the ``ReplayError`` a failing drafter becomes (default ``--method LABEL``); ``""``:
+    the drafter's own error passes unchanged (a caller that words it itself)."""
 
     def __init__(self, spec: MethodSpec, ks: Sequence[int], where: str | None = None, **context: Any) -> None:
         self.spec, self.ks, self.context = spec, list(ks), context
-        self.where = where or f"--method {spec.label}"
+        self.where = f"--method {spec.label}" if where is None else where
         self.stateful = is_stateful(spec.kind)
         self.whole_output = offers_whole_output(spec.kind)
         self.model: Any = None  #: the one WholeOutputReplay drafter
@@ -198,6 +199,8 @@ class MethodReplay:
             else:
                 self._streams = {"": self._new_drafters()}
         except (ValueError, TypeError, OSError) as e:
+            if not self.where:
+                raise
             raise ReplayError(f"{self.where}: {e}") from None
 
     def _new_drafters(self) -> dict[int, Drafter]:
@@ -224,6 +227,8 @@ class MethodReplay:
             drafters = self.drafters(stream)
             return {k: replay_one(drafters[k], rid, prompt, out, k, **_taken(drafters[k], hints)) for k in ks}
         except (ValueError, IndexError) as e:
+            if not self.where:
+                raise
             raise ReplayError(f"{source}: request {rid}: {self.where}: {e}") from None
 
     def replay(self, req: ReplayedRequest, ks: Sequence[int] | None = None) -> dict[int, ReplayTrace]:

@@ -36,14 +36,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from specgauge.config import SpeculativeConfig
-from specgauge.drafters.base import ReplayTrace, make_drafter, replay_by_stepping
+from specgauge.drafters.base import ReplayTrace, drafter_factory
+from specgauge.offline.replay import MethodReplay, MethodSpec
 from specgauge.records import RequestRecord
 from specgauge.stats.record_fields import per_step, token_ids
 from specgauge.stats.suffix_schedule import schedule_of, schedule_traces, scheduled_requests
 
 Status = Literal["match", "gap", "uncertain", "no_server_counts"]
-#: methods whose proposal is a deterministic function of the token history
-REPLAYABLE = ("ngram", "suffix", "draft_model")
 MAX_ROWS_KEPT = 2000
 #: what bench keeps of each warm-up request's ``extra`` (``RunRecord.warmups``)
 WARMUP_KEYS = ("prompt_token_ids", "output_token_ids", "metrics")
@@ -190,36 +189,25 @@ def _overlapping(records: Sequence[RequestRecord]) -> bool:
 
 
 class _Replayer:
-    """One drafter for the run (the suffix cache is shared across requests, fed in send order)."""
+    """The run's drafter, through the one offline replay (``specgauge.offline``): a stateful cache
+    (suffix) is shared across requests, fed in send order; the server's final-step count goes to a
+    drafter whose replay takes it (suffix learns the tokens past the cut with it)."""
 
     def __init__(self, spec: SpeculativeConfig, max_model_len: int | None) -> None:
         self.method, self.k = str(spec.method), int(spec.num_speculative_tokens or 0)
-        opts: dict[str, Any] = {"num_speculative_tokens": self.k}
-        if self.method == "ngram":
-            opts.update(prompt_lookup_min=spec.prompt_lookup_min, prompt_lookup_max=spec.prompt_lookup_max,
-                        max_model_len=max_model_len)
-        elif self.method == "suffix":
-            opts.update({n: getattr(spec, n) for n in type(spec).model_fields if n.startswith("suffix_decoding_")},
-                        max_model_len=max_model_len, track_unknown_tails=True)
-        else:
-            opts["model"] = spec.model
-        self.options = opts
-        self.drafter = make_drafter(self.method, **opts)
+        mspec = MethodSpec.from_config(spec)
+        context = {"max_model_len": max_model_len, "track_unknown_tails": True}
+        self.options = mspec.drafter_options(self.k, **context)
+        self.replayer = MethodReplay(mspec, [self.k], where="", **context)
 
     def trace(self, rid: str, prompt: list[int], out: list[int], steps: list[tuple[int, int]] | None) -> ReplayTrace:
-        d = self.drafter
-        if self.method == "draft_model":
-            import numpy as np
+        fin = steps[-1][1] if steps else None
+        return self.replayer.traces(rid, "", prompt, out, final_accepted=fin)[self.k]
 
-            from specgauge.drafters.base import trace_from_matches
 
-            pred = d.teacher_forced_argmax(prompt, out)  # type: ignore[attr-defined]
-            return trace_from_matches(np.asarray(pred) == np.asarray(out), self.k)
-        if self.method == "suffix":
-            fin = steps[-1][1] if steps else None
-            return d.replay(rid, prompt, out, self.k, final_accepted=fin)  # type: ignore[attr-defined]
-        fast = getattr(d, "replay", None)
-        return fast(rid, prompt, out, self.k) if fast is not None else replay_by_stepping(d, rid, prompt, out, self.k)
+def replayable(method: str | None) -> bool:
+    """A registered drafter whose proposal is a deterministic function of the history (the replay theorem)."""
+    return method is not None and bool(getattr(drafter_factory(method), "deterministic", False))
 
 
 def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord], warmups: Sequence[dict[str, Any]],
@@ -263,7 +251,7 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
     except ValueError as e:
         return unavailable(f"speculative config ({config_source}) not understood: {str(e).splitlines()[0]}")
     base = {"method": cfg.method, "k": cfg.num_speculative_tokens, "config_source": config_source}
-    if cfg.method not in REPLAYABLE:
+    if not replayable(cfg.method):
         return unavailable(f"method {cfg.method!r} drafts from the target's hidden states or by sampling: "
                            "no replay from outputs alone", **base)
     if cfg.method == "draft_model" and not (cfg.model and Path(cfg.model).is_dir()):
