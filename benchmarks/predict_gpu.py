@@ -30,133 +30,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specgauge.calibrate import CalibrateConfig, measure_cell, plan_calibration, run_calibration
-from specgauge.predict import CellSpec, predict_cells
-from specgauge.predict.gpu_curve import GpuServerCosts
-from specgauge.predict.replay import WorkloadReplay
-from specgauge.predict.scripted_server import ServerProcess, Traces, replay_traces
-from specgauge.sweep import ServerTarget, run_grid
-from specgauge.sweep.analysis import crossover
-from specgauge.sweep.grid import config_label, grid_method
-
-CURVE = Path(__file__).resolve().parents[1] / "tests" / "data" / "gpu" / "h200-llama3-8b-costs.json"
-MARGIN = 1.05
-
-
-def cut_logged(out: Path, n: int, max_tokens: int, min_output: int = 8) -> Path:
-    """The first ``n`` logged sample requests with ≥ ``min_output`` output tokens, cut to ``max_tokens``."""
-    from specgauge.workload.samples import sample_logged_path
-
-    rows = []
-    for line in sample_logged_path().read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        if len(d["response"]["output_token_ids"]) < min_output:
-            continue
-        d["request"]["max_tokens"] = max_tokens
-        d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:max_tokens]
-        d["response"]["text"] = ""
-        rows.append(json.dumps(d))
-        if len(rows) == n:
-            break
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return out
-
-
-def traces_for(replay: WorkloadReplay, cells: list[tuple[CellSpec, int | None]], n_all: int) -> dict[str, Traces]:
-    """Per config: its server's runs in order (one per cell, concurrencies ascending)."""
-    out: dict[str, Traces] = {}
-    for label in dict.fromkeys(c.label for c, _ in cells):
-        mine = [c for c, _ in cells if c.label == label]
-        if mine[0].speculative_config:
-            out[label] = replay_traces(replay, mine[0].speculative_config, len(mine))
-    return out
-
-
-def run_gpu_check(out: Path, *, curve: Path = CURVE, scale: float = 2.0, num_prompts: int = 128, max_tokens: int = 32,
-                  calibrate_prompts: int = 8, methods: tuple[str, ...] = ("ngram", "suffix", "draft_model"),
-                  validate: dict[str, int] | None = None, concurrencies: tuple[int, ...] = (8, 32, 64),
-                  predict_k: int = 8, costs: GpuServerCosts | None = None, bootstrap: int = 100,
-                  log: Any = print) -> dict[str, Any]:
-    """The whole check (see the module docstring); returns the profile, the cells and the crossovers."""
-    from specgauge.models import draft_dir
-
-    costs = costs or GpuServerCosts(scale=scale)
-    validate = validate or {"ngram": 2, "suffix": 2, "draft_model": 4}
-    wl = cut_logged(out / "workload.jsonl", num_prompts, max_tokens)
-    replay = WorkloadReplay([wl], None, num_prompts)
-    dm = f"draft_model:{draft_dir()}"
-    cal_methods = [dm if m == "draft_model" else m for m in methods]
-    ks: dict[str, int | list[int]] = {"ngram": 4, "suffix": 4, "draft_model": [2]}
-    plan = plan_calibration(cal_methods, ks, [1, max(concurrencies)], predict_k, calibrate_prompts)
-    t0 = time.monotonic()
-    log(f"== calibrate (planned for concurrency 1-{max(concurrencies)}, k up to {predict_k}): "
-        + ", ".join(f"{c.label}@{c.concurrency}" for c, _ in plan))
-    # one server per config, as a user's: its runs in the order calibrate sends them (by request count, then concurrency)
-    order = sorted(plan, key=lambda t: (t[1] or 0, t[0].concurrency))
-    n_runs: dict[str, Traces] = {}
-    for label in dict.fromkeys(c.label for c, _ in plan):
-        spec = next(c.speculative_config for c, _ in plan if c.label == label)
-        if spec:
-            n_runs[label] = replay_traces(replay, spec, sum(1 for c, _ in order if c.label == label))
-    configs = {c.label: c.speculative_config for c, _ in plan}
-    with ServerProcess([wl], configs, gpu_curve=curve, gpu_costs=costs, traces=n_runs, work_dir=out / "cal-traces") as sp:
-        cal = run_calibration(CalibrateConfig(workload=[wl], out_dir=out / "calibration", methods=cal_methods, ks=ks,
-                                              predict_concurrency=[1, max(concurrencies)], predict_k=predict_k,
-                                              num_prompts=calibrate_prompts, bootstrap=bootstrap,
-                                              target=ServerTarget.from_urls(sp.urls), warmup=0))
-    prof = cal.profile
-    log(f"calibration took {time.monotonic() - t0:.0f} s; shape {prof.shape}")
-    log("params (ms): " + ", ".join(f"{k}={v * 1e3:.4g}" if k != "knee" else f"knee={v:.0f} tokens" for k, v in prof.params.items()))
-    for note in prof.notes:
-        log("note:", note)
-
-    t1 = time.monotonic()
-    vcfg: dict[str, dict[str, Any] | None] = {"off": None}
-    for m in methods:
-        s = grid_method(dm if m == "draft_model" else m, validate[m])
-        vcfg[config_label(s)] = s
-    cells = [CellSpec(label=lb, speculative_config=s, concurrency=c) for lb, s in vcfg.items() for c in sorted(concurrencies)]
-    vtraces = {lb: replay_traces(replay, s, len(concurrencies)) for lb, s in vcfg.items() if s}
-    log(f"== sweep: {len(cells)} cells ({', '.join(vcfg)} at {', '.join(map(str, concurrencies))}), {num_prompts} prompts each")
-    with ServerProcess([wl], vcfg, gpu_curve=curve, gpu_costs=costs, traces=vtraces, work_dir=out / "val-traces") as sp:
-        grid = run_grid(cells, ServerTarget.from_urls(sp.urls), [wl], out / "sweep", num_prompts=num_prompts, warmup=0)
-    spec_cells = [c for c in cells if c.speculative_config]
-    preds = predict_cells(prof, [wl], spec_cells, num_prompts=num_prompts, reused_server=True, replay=replay)
-    log(f"sweep took {time.monotonic() - t1:.0f} s")
-    rows = []
-    for cell, p in zip(spec_cells, preds, strict=True):
-        m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))
-        if m is None or p.speedup is None:
-            continue
-        rows.append({"label": cell.label, "concurrency": cell.concurrency, "predicted": p.speedup,
-                     "predicted_low": p.speedup_low, "predicted_high": p.speedup_high, "measured": m,
-                     "measured_low": lo, "measured_high": hi, "error": p.speedup / m - 1,
-                     "tokens_per_forward": p.tokens_per_forward, "extrapolated": p.extrapolated,
-                     "beyond_range": p.beyond_range})
-    xo = {}
-    for label in dict.fromkeys(r["label"] for r in rows):
-        mine = [r for r in rows if r["label"] == label]
-        pr = crossover(label, [(r["concurrency"], r["predicted"], r["predicted_low"], r["predicted_high"]) for r in mine], MARGIN)
-        me = crossover(label, [(r["concurrency"], r["measured"], r["measured_low"], r["measured_high"]) for r in mine], MARGIN)
-        xo[label] = {"predicted": pr.model_dump(mode="json"), "measured": me.model_dump(mode="json"),
-                     "equal": (pr.status, pr.between) == (me.status, me.between)}
-    return {"profile": prof, "calibration_checks": [c.model_dump() for c in cal.checks], "cells": rows, "crossovers": xo}
+from specgauge.gpu_scripted import CURVE, run_gpu_check
 
 
 def print_result(res: dict[str, Any]) -> None:
     rows = res["cells"]
-    print(f"\n{'cell':<18}{'C':>4}  {'tok/fwd':>7}  {'predicted [band]':<24}{'measured [95% CI]':<24}{'error':>8}  range")
+    print(f"\n{'cell':<18}{'C':>4}  {'tok/fwd':>7}  {'predicted [band]':<24}{'measured [95% CI]':<24}{'error':>8}  "
+          f"range   straight line (error)")
     for r in rows:
         band = f"{r['predicted']:.3f} [{r['predicted_low'] or 0:.3f}, {r['predicted_high'] or 0:.3f}]"
         ci = f"{r['measured']:.3f} [{r['measured_low'] or 0:.3f}, {r['measured_high'] or 0:.3f}]"
         rng = "beyond" if r["extrapolated"] else "inside"
         print(f"{r['label']:<18}{r['concurrency']:>4}  {r['tokens_per_forward'] or 0:>7.0f}  {band:<24}{ci:<24}"
-              f"{100 * r['error']:>7.1f}%  {rng}")
+              f"{100 * r['error']:>7.1f}%  {rng}  "
+              + (f"{r['straight_line']:.3f} ({100 * (r['straight_line'] / r['measured'] - 1):+.1f}%)" if r.get("straight_line") else ""))
     if rows:
         errs = [abs(r["error"]) for r in rows]
         print(f"\nmedian |error| {100 * statistics.median(errs):.1f}% (goal <= 5%); max {100 * max(errs):.1f}% (goal <= 10%); "
               f"within 5%: {sum(e <= 0.05 for e in errs)}/{len(errs)}")
+    line = [abs(r["straight_line"] / r["measured"] - 1) for r in rows if r.get("straight_line")]
+    if line:
+        print(f"straight-line law from the same runs: median |error| {100 * statistics.median(line):.1f}%, max {100 * max(line):.1f}%")
+    rec = res["recommendation"]
+    print(f"recommend (from the calibration alone): {rec.headline}")
     for label, x in res["crossovers"].items():
         print(f"crossover {label}: predicted {x['predicted']['status']} {x['predicted']['between']}, measured "
               f"{x['measured']['status']} {x['measured']['between']} -> {'equal' if x['equal'] else 'DIFFERENT'}")
@@ -178,10 +74,19 @@ def main(argv: list[str] | None = None) -> None:
         concs = (8, 64)
     t0 = time.monotonic()
     res = run_gpu_check(a.out, curve=a.curve, scale=a.scale, num_prompts=n, max_tokens=a.max_tokens, concurrencies=concs,
-                        bootstrap=30 if a.quick else 100)
+                        bootstrap=30 if a.quick else 100, straight_line=True)
     print_result(res)
-    dump = {**res, "profile": res["profile"].params}
+    dump = {**res, "profile": res["profile"].params, "recommendation": res["recommendation"].model_dump(mode="json"),
+            "predictions": [p.model_dump(mode="json") for p in res["predictions"]]}
+    dump["curves"] = res["curves"].model_dump(mode="json")
     (a.out / "predict_gpu.json").write_text(json.dumps(dump, indent=1, default=str))
+    import plotly.offline
+
+    from specgauge.report.speedup_plot import speedup_vs_batch_html
+
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><script>{plotly.offline.get_plotlyjs()}</script></head>"
+            f"<body>{speedup_vs_batch_html(res['curves'])}</body></html>")
+    (a.out / "speedup_vs_batch.html").write_text(page, encoding="utf-8")
     print(f"total {time.monotonic() - t0:.0f} s; results in {a.out / 'predict_gpu.json'}")
 
 

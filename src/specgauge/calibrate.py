@@ -189,7 +189,7 @@ def measure_cell(baseline_dir: Path, cell_dir: Path, resamples: int = 2000) -> t
 
 def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Sequence[CellSpec], dirs: dict[tuple[str, int], Path],
                 num_prompts: int | None, tokenizer: Any = None, warmup: int = 0,
-                reused_server: bool = True) -> tuple[list[CellCheck], list[CellPrediction]]:
+                reused_server: bool = True, replay: Any = None) -> tuple[list[CellCheck], list[CellPrediction]]:
     """Predict the speculative cells and measure them against the baseline cell of the same concurrency.
     A stateful drafter's cache state is the one the fit found each run's server in."""
     spec_cells = [c for c in cells if c.speculative_config]
@@ -199,8 +199,10 @@ def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Seque
         for run, chk in profile.replay_checks.items():
             if d is not None and (run == d.name or run == f"{d.parent.name}/{d.name}"):
                 earlier[(c.label, c.concurrency)] = int(chk.get("earlier_runs_on_this_server", 0))
+    if replay is not None and len(replay.requests) != (num_prompts or len(replay.requests)):
+        replay = None  # planned for another number of requests
     preds = predict_cells(profile, workload, spec_cells, tokenizer=tokenizer, num_prompts=num_prompts, warmup=warmup,
-                          reused_server=reused_server, earlier_runs=earlier)
+                          reused_server=reused_server, earlier_runs=earlier, replay=replay)
     base = {c.concurrency: dirs.get((c.label, c.concurrency)) for c in cells if not c.speculative_config}
     out = []
     for cell, p in zip(spec_cells, preds, strict=True):
@@ -214,7 +216,9 @@ def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Seque
     return out, preds
 
 
-def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = None) -> CalibrationResult:
+def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = None, replay: Any = None) -> CalibrationResult:
+    """``replay``: a ``predict.replay.WorkloadReplay`` of the workload to share (its traces are cached),
+    planned for the largest number of requests a run sends."""
     out = Path(cfg.out_dir)
     if cfg.from_runs:
         from specgauge.report.foreign import refuse_calibration
@@ -263,7 +267,7 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         cells = [c for c, _ in planned]
         dirs = list(keyed.values())
         profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
-                              bootstrap=cfg.bootstrap, seed=cfg.seed)
+                              bootstrap=cfg.bootstrap, seed=cfg.seed, replay=replay)
         nump = cfg.num_prompts
     warm = cfg.warmup if not cfg.from_runs else int((load_run(dirs[0]).run.get("config") or {}).get("warmup") or 0)
     if cfg.from_runs or len({nump_of.get(k) for k in keyed}) <= 1:
@@ -273,7 +277,8 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         for n in sorted({v for v in nump_of.values() if v is not None}):
             conc = {c for (lb, c), m in nump_of.items() if m == n}
             sub = [c for c in cells if c.concurrency in conc and nump_of.get((c.label, c.concurrency)) == n]
-            got, _ = check_cells(profile, cfg.workload, sub, keyed, n, tokenizer, warmup=warm, reused_server=True)
+            got, _ = check_cells(profile, cfg.workload, sub, keyed, n, tokenizer, warmup=warm, reused_server=True,
+                                 replay=replay)
             checks += got
     path = profile.save(out / PROFILE_FILE)
     return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks)

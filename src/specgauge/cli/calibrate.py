@@ -51,13 +51,31 @@ def _urls(items: list[str]) -> dict[str, str]:
     return parse_pairs(items, "--url", "NAME=URL (NAME: off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4)")
 
 
+def _range(text: str) -> list[int]:
+    """``LO-HI`` (both ends) or a comma list, for --predict-concurrency."""
+    from specgauge.config import ConfigError
+
+    if "-" in text and "," not in text:
+        lo, _, hi = text.partition("-")
+        try:
+            a, b = int(lo), int(hi)
+        except ValueError:
+            raise ConfigError(f"--predict-concurrency {text!r}: expected LO-HI (e.g. 1-256) or a list (1,8,64)") from None
+        if a < 1 or b < a:
+            raise ConfigError(f"--predict-concurrency {text!r}: need 1 <= LO <= HI")
+        return [a, b]
+    return parse_int_list(text, "--predict-concurrency")
+
+
 @user_errors
 def calibrate(
     workload: WorkloadArg = None,
     from_runs: Annotated[list[Path] | None, typer.Option("--from-runs", help="Fit these bench output directories (or sweep directories) instead of running anything. Repeatable.")] = None,
     method: Annotated[str, typer.Option("--method", help="One speculative config per method: ngram, suffix, draft_model[:DIR] (the embedded engine has a shipped draft).")] = "ngram,suffix,draft_model",
     k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs; name a method twice to measure it at two k (a draft model's cost that does not grow with k is then told apart).")] = "ngram=4,suffix=4,draft_model=2,draft_model=4",
-    concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies of the calibration runs (include 1).")] = "1,4",
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="Run every config at exactly these client concurrencies (include 1) instead of planning from --predict-concurrency.")] = None,
+    predict_concurrency: Annotated[str, typer.Option("--predict-concurrency", help="Concurrencies the profile will be asked about, LO-HI or a list: the runs are planned to cover them (baseline at low/middle/high, each method at middle/high, the largest k at high). Default: recommend's.")] = "1-16",
+    predict_k: Annotated[int | None, typer.Option("--predict-k", min=1, help="Largest proposal length to be predicted: each method also runs at it at the largest concurrency (default: the largest --k).")] = None,
     num_prompts: Annotated[int, typer.Option("--num-prompts", min=1, help="Requests per calibration run.")] = 32,
     server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port} and {spec}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'.")] = None,
     url: Annotated[list[str] | None, typer.Option("--url", help="A running server per config: NAME=URL with NAME off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4. Repeatable.")] = None,
@@ -92,7 +110,9 @@ def calibrate(
     cfg = CalibrateConfig(
         workload=workload_paths(workload), out_dir=output_dir, from_runs=list(from_runs or []),
         methods=[m.strip() for m in method.split(",") if m.strip()], ks=_method_ks(k),
-        concurrencies=parse_int_list(concurrency, "--concurrency"), num_prompts=num_prompts, shape=shape,
+        concurrencies=parse_int_list(concurrency, "--concurrency") if concurrency else [1, 4],
+        predict_concurrency=None if concurrency or from_runs or paired else _range(predict_concurrency),
+        predict_k=predict_k, num_prompts=num_prompts, shape=shape,
         bootstrap=bootstrap, resume=resume, target=target, paired_repeats=paired,
     )
     res = run_calibration(cfg, console=err_console, tokenizer=tokenizer)

@@ -212,6 +212,7 @@ def fit_profile(
     trim: float = 5.0,
     sampled_ids: Set[str] | None = None,
     gpu_terms: bool = True,
+    replay: Any = None,
 ) -> StepCostProfile:
     """Fit the step-cost law of the server the runs measured.
 
@@ -222,7 +223,8 @@ def fit_profile(
     named in run.json, when it exists here). ``shape``: ``auto`` (fit both, keep the better),
     ``flattened`` or ``padded``. ``sampled_ids``: the request ids sent at T > 0 (default: the workload's).
     ``gpu_terms``: try the knee and the overlapping host proposer (``fit_knee``; kept only when the rows
-    ask for them); False: the straight line only.
+    ask for them); False: the straight line only. ``replay``: a ``WorkloadReplay`` of ``workload`` to
+    share, planned for the runs' largest number of requests (default: one is made here).
     """
     if not run_dirs:
         raise ProfileError("no calibration runs given")
@@ -234,8 +236,9 @@ def fit_profile(
     runs = [load_run(d, (cells or {}).get(d.name) or from_sweeps.get(str(d))) for d in dirs]
     notes: list[str] = []
     wl = list(workload) if workload else _workload_of(runs, dirs)
-    replay = None
-    if wl is not None:
+    if replay is not None:
+        pass
+    elif wl is not None:
         from specgauge.predict.replay import WorkloadReplay
 
         n = max(int((rd.run.get("config") or {}).get("num_prompts") or 0) for rd in runs) or None
@@ -294,7 +297,20 @@ def fit_profile(
         f["ssr"] = float((r[both] ** 2).sum())
     chosen = min(fits, key=lambda s: fits[s]["ssr"])
     confidence = None
-    if shape == "auto" and len(fits) == 2:
+    # the GPU terms per shape: on a curve with a knee the straight line of the wrong shape can mimic it
+    # (padded puts B·(1+k) tokens through every drafting step), so the shapes are compared with them
+    exts = {s: extend(all_rows, s, names, f["coef"], solve, f["keep"]) for s, f in fits.items()} if gpu_terms else {}
+    if any(e is not None for e in exts.values()):
+        for s, f in fits.items():
+            e = exts[s]
+            pred_s = e.predict(e.coef) if e is not None else f["X"] @ f["coef"]
+            f["ssr_ext"] = float((((f["y"] - pred_s) * f["w"])[both] ** 2).sum())
+        chosen = min(fits, key=lambda s: fits[s]["ssr_ext"])
+        if shape == "auto" and len(fits) == 2:
+            res_txt = ", ".join(f"{s} {fits[s]['ssr_ext']:.3g}" for s in fits)
+            notes.append(f"verification shape {chosen} chosen with the knee / host-overlap terms fitted for each shape "
+                         f"(residual {res_txt} s²)")
+    elif shape == "auto" and len(fits) == 2:
         a, b = fits["flattened"]["ssr"], fits["padded"]["ssr"]
         if abs(a - b) <= 1e-9 * max(a, b, 1e-30):
             chosen = "flattened"
@@ -316,7 +332,7 @@ def fit_profile(
     pred = X @ coef
     # chosen on the rows the straight line kept; the extended law's own robust pass below takes back
     # the rows past a knee that the straight line could not fit
-    ext = extend(all_rows, chosen, names, coef, solve, keep) if gpu_terms else None
+    ext = exts.get(chosen)
     if ext is not None:  # the GPU regime's knee / overlapping host proposer earned their parameters
         names, coef, refit = ext.names, ext.coef, ext.refit
         pred = ext.predict(coef)
