@@ -12,6 +12,7 @@ import typer
 from specgauge.cli.common import (
     FormatOpt,
     JsonOpt,
+    LangOpt,
     LimitOpt,
     SegmentOpt,
     SkipOpt,
@@ -33,6 +34,7 @@ def profile(
     skip_invalid: SkipOpt = False,
     limit: LimitOpt = None,
     as_json: JsonOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """What the workload looks like, per segment: lengths, sampling mix, tools, RAG context, copy overlap, language."""
     from specgauge.api import profile as run_profile
@@ -45,9 +47,11 @@ def profile(
     if as_json:
         sys.stdout.write(json.dumps(prof.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
     else:
+        from specgauge.i18n import check_lang, use_lang
         from specgauge.report.console import render_profile
 
-        render_profile(prof, console)
+        with use_lang(check_lang(lang)):
+            render_profile(prof, console)
 
 
 @user_errors
@@ -72,6 +76,7 @@ def simulate(
     ray: Annotated[bool, typer.Option("--ray", help="Replay on a Ray cluster (the optional ray extra); the same result as without.")] = False,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
     split_streams: Annotated[int, typer.Option("--split-streams", min=1, help="With --ray: cut each suffix stream into N pieces with cold caches (APPROXIMATE; the error is measured and printed).")] = 1,
+    lang: LangOpt = None,
 ) -> None:
     """Acceptance per method, k and segment, replayed offline from logged outputs; predicted speedup."""
     from rich.progress import (
@@ -133,8 +138,10 @@ def simulate(
     if as_json:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
     else:
+        from specgauge.i18n import check_lang, t, use_lang
         from specgauge.report.console import render_simulation
 
-        render_simulation(result, console, detail=detail)
-        if csv_out is not None:
-            console.print(f"CSV written to {csv_out}")
+        with use_lang(check_lang(lang)):
+            render_simulation(result, console, detail=detail)
+            if csv_out is not None:
+                console.print(t("simulate.csv", path=csv_out))

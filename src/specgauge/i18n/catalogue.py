@@ -10,6 +10,8 @@ them (TTFT, TPOT, ITL, E2E, KV, MAL, SLO, KS, TVD, GPU), units unchanged (ms, Mi
 
 from __future__ import annotations
 
+from specgauge.i18n.workload_text import WORKLOAD
+
 M = dict[str, dict[str, str]]
 
 VERDICT: M = {
@@ -439,7 +441,7 @@ DEMO: M = {
     "demo.results": {"en": "all results: {path}", "ko": "모든 결과: {path}"},
 }
 
-MESSAGES: M = {**VERDICT, **DIAGNOSIS, **REPORT, **MEMORY, **BENCH, **COMPARE, **DEMO}
+MESSAGES: M = {**VERDICT, **DIAGNOSIS, **REPORT, **MEMORY, **BENCH, **COMPARE, **DEMO, **WORKLOAD}
 
 #: messages stored in English in results and translated when shown, most specific first
 PATTERN_KEYS: tuple[str, ...] = tuple(k for k in {**VERDICT, **DIAGNOSIS}

@@ -6,7 +6,21 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from specgauge.i18n import en as tr_en
+from specgauge.i18n import get_lang
+from specgauge.i18n import t as tr
+from specgauge.i18n.workload_text import DATA_KEYS
 from specgauge.workload.profile import Dist, WorkloadProfile
+
+
+def _data(text: str) -> str:
+    """Labels the profile stores in English (temperature bands, count sources, tokenizer origin), in the
+    current language."""
+    if get_lang() == "en":
+        return text
+    for key in DATA_KEYS:
+        text = text.replace(tr_en(key), tr(key))
+    return text
 
 
 def _num(v: float | None, fmt: str = "{:.0f}") -> str:
@@ -25,44 +39,46 @@ def _dist(d: Dist) -> str:
 
 def render_profile(p: WorkloadProfile, console: Console) -> None:
     rows = [*p.segments.items(), ("overall", p.overall)]
-    t = Table(title="Workload profile: lengths in tokens (p50/p95/max)", title_justify="left")
+    t = Table(title=tr("profile.title.lengths"), title_justify="left")
     for col in ("segment", "requests", "logged", "prompt", "output", "max_tokens"):
-        t.add_column(col, justify="left" if col == "segment" else "right")
+        t.add_column(tr(f"profile.col.{col}"), justify="left" if col == "segment" else "right")
     for name, s in rows:
         if name == "overall":
             t.add_section()
-        t.add_row(name, str(s.requests), str(s.with_logged_response), _dist(s.prompt_tokens), _dist(s.output_tokens),
+        t.add_row(tr("profile.overall") if name == "overall" else name, str(s.requests), str(s.with_logged_response), _dist(s.prompt_tokens), _dist(s.output_tokens),
                   _dist(s.max_tokens), style="bold" if name == "overall" else None)
     console.print(t)
-    m = Table(title="Workload profile: mix (share of requests; copy overlap: share of output tokens)", title_justify="left")
+    m = Table(title=tr("profile.title.mix"), title_justify="left")
+    heads = {"segment": "segment", "tools": "tools", "tool calls": "tool_calls", "RAG ctx": "rag", "copy overlap": "copy",
+             "Hangul": "hangul", "languages": "languages"}
     for col in ("segment", "T=0", "top_p<1", "tools", "tool calls", "RAG ctx", "copy overlap", "Hangul", "languages"):
-        m.add_column(col, justify="left" if col in ("segment", "languages") else "right")
+        m.add_column(tr(f"profile.col.{heads[col]}") if col in heads else col,
+                     justify="left" if col in ("segment", "languages") else "right")
     for name, s in rows:
         if name == "overall":
             m.add_section()
         m.add_row(
-            name, _pct(s.temperature_mix.get("0 (greedy)", 0.0)), _pct(s.top_p_mix.get("< 1", 0.0)), _pct(s.tools_share),
+            tr("profile.overall") if name == "overall" else name, _pct(s.temperature_mix.get("0 (greedy)", 0.0)), _pct(s.top_p_mix.get("< 1", 0.0)), _pct(s.tools_share),
             _pct(s.tool_call_share), _pct(s.context_share), _pct(s.copy_overlap), _pct(s.hangul_share),
             " ".join(f"{k}:{v}" for k, v in s.languages.items()), style="bold" if name == "overall" else None,
         )
     console.print(m)
     bands = ", ".join(f"T {b}: {_pct(v)}" for b, v in p.overall.temperature_mix.items())
-    console.print(f"temperature mix (overall): {bands}", highlight=False)
+    console.print(tr("profile.temp_mix", bands=_data(bands)), highlight=False)
     src = ", ".join(f"{k} {v}" for k, v in p.token_sources.items())
     tc = p.token_counting
     who = tc.tokenizer if tc is not None else p.tokenizer
-    console.print(f"token counts {'exact' if p.exact_tokens else 'APPROXIMATE'}; from {src}; tokenizer {who}", highlight=False,
-                  markup=False)
+    label = tr("profile.exact") if p.exact_tokens else tr("profile.approx")
+    console.print(tr("profile.counts", label=label, src=_data(src), who=_data(who)), highlight=False, markup=False)
     o = p.overall
     if o.tool_calls_openai or o.tool_calls_text or o.tools_share:
-        console.print(
-            f"tool calls: {_pct(o.tools_share)} of requests offer tools; {_pct(o.tool_call_share)} of logged responses call one "
-            f"({_pct(o.tool_call_share_when_offered)} where offered): {o.tool_calls_openai} as OpenAI tool_calls, "
-            f"{o.tool_calls_text} as text (<tool_call>…), {o.tool_calls_text_parsed} of those well-formed JSON", highlight=False, markup=False)
+        console.print(tr("profile.tool_calls", offer=_pct(o.tools_share), call=_pct(o.tool_call_share),
+                         when=_pct(o.tool_call_share_when_offered), openai=o.tool_calls_openai, text=o.tool_calls_text,
+                         parsed=o.tool_calls_text_parsed), highlight=False, markup=False)
     if p.skipped_invalid:
-        console.print(f"[yellow]{p.skipped_invalid} invalid request(s) skipped[/yellow]")
+        console.print(f"[yellow]{tr('profile.skipped', n=p.skipped_invalid)}[/yellow]")
     for note in p.overall.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(note)}", highlight=False)
 
 
 def _f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -87,11 +103,12 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
             text += f" ({p.low:.2f}–{p.high:.2f})"
         return text + ("^" if p.extrapolated else "")
 
-    t = Table(title=f"Offline acceptance replay, all requests ({r.requests_replayed} replayed)", title_justify="left")
-    cols = ["method", "k", "acc rate", "MAL", "per-position acceptance", "tok/step", "req acc p10/p50/p90"]
-    cols += [f"speedup B={b}" for b in r.batch_sizes]
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("method", "per-position acceptance") else "right")
+    t = Table(title=tr("simulate.title", n=r.requests_replayed), title_justify="left")
+    cols = [tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), "MAL", tr("simulate.col.per_position"),
+            tr("simulate.col.tok_step"), tr("simulate.col.req_acc")]
+    cols += [tr("simulate.col.speedup", b=b) for b in r.batch_sizes]
+    for i, c in enumerate(cols):
+        t.add_column(c, justify="left" if i in (0, 4) else "right")
     for s in r.overall.summaries:
         best = r.overall.best_k.get(s.method) == s.k
         ra = s.request_acceptance_rate
@@ -103,12 +120,15 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
             style="bold green" if best else None,
         )
     console.print(t)
-    seg = Table(title=f"Per segment: best k by predicted speedup at batch {b0}", title_justify="left")
-    for c in ["segment", "method", "best k", "requests", "acc rate", "MAL", "tok/step", f"speedup B={b0}"]:
-        seg.add_column(c, justify="left" if c in ("segment", "method") else "right")
+    seg = Table(title=tr("simulate.title.segments", b=b0), title_justify="left")
+    for i, c in enumerate([tr("profile.col.segment"), tr("simulate.col.method"), tr("simulate.col.best_k"),
+                           tr("profile.col.requests"), tr("simulate.col.acc_rate"), "MAL", tr("simulate.col.tok_step"),
+                           tr("simulate.col.speedup", b=b0)]):
+        seg.add_column(c, justify="left" if i < 2 else "right")
     for name, sr in [*r.segments.items(), ("overall", r.overall)]:
         if name == "overall":
             seg.add_section()
+            name = tr("profile.overall")
         for m in r.methods:
             k = sr.best_k.get(m)
             s = next((x for x in sr.summaries if x.method == m and x.k == k), None)
@@ -119,20 +139,21 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
                         _f(s.tokens_per_step), _f(pred(sr, m, s.k, b0), "{:.2f}x"))
     console.print(seg)
     if detail:
-        d = Table(title="Per segment × method × k", title_justify="left")
-        for c in ["segment", "method", "k", "acc rate", "MAL", "per-position", f"speedup B={b0}"]:
+        d = Table(title=tr("simulate.title.detail"), title_justify="left")
+        for c in [tr("profile.col.segment"), tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), "MAL",
+                  tr("simulate.col.per_position_short"), tr("simulate.col.speedup", b=b0)]:
             d.add_column(c)
         for name, sr in r.segments.items():
             for s in sr.summaries:
                 d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
                           " ".join(_f(x) for x in s.per_position_rate), _f(pred(sr, s.method, s.k, b0), "{:.2f}x"))
         console.print(d)
-    label = "EXACT (logged token ids)" if r.exact else f"APPROXIMATE (text re-tokenised by {r.tokenizer}; see the note)"
-    console.print(f"acceptance {label}", highlight=False, markup=False)
+    label = tr("simulate.exact") if r.exact else tr("simulate.approx", tok=_data(r.tokenizer))
+    console.print(label, highlight=False, markup=False)
     for k, v in r.skipped.items():
-        console.print(f"[yellow]skipped {v} request(s): {escape(k)}[/yellow]")
+        console.print(f"[yellow]{escape(tr('simulate.skipped', n=v, why=k))}[/yellow]")
     for note in r.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(note)}", highlight=False)
     for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
         if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
-            console.print(f"[yellow]note:[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
+            console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
