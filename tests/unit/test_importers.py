@@ -221,3 +221,14 @@ def test_profile_and_simulate_run_on_an_otlp_export(tmp_path: Path) -> None:
     sim = json.loads(r.stdout)
     assert sim["requests_replayed"] == 2
     assert any("APPROXIMATE" in n or "approximate" in n for n in sim["notes"])  # text only: re-tokenised
+
+
+def test_langfuse_export_as_one_json_array_line(tmp_path: Path) -> None:
+    """The UI's JSON export: one array of observations, here on a single line."""
+    batch = json.loads(LANGFUSE_BATCH.read_text())
+    gen = {**batch["batch"][1]["body"], "type": "GENERATION", "traceId": "t-1"}
+    p = tmp_path / "export.json"
+    p.write_text(json.dumps([{"id": "s", "type": "SPAN", "traceId": "t-1"}, gen]))
+    assert detect_format(p) == "langfuse"
+    [item] = load_workload([p])
+    assert item.source == f"{p}:1:item 2" and item.response is not None and item.response.usage.prompt_tokens == 10  # type: ignore[union-attr]

@@ -68,7 +68,7 @@ def sniff(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = 
     except WorkloadError:
         return None
     if kind == "lines":
-        return _sniff_json(first)
+        return _sniff_json(first[0] if isinstance(first, list) and first else first)
     if kind == "text":
         return "vllm-log" if vllm_log.looks_like(first) else None
     if kind == "array":

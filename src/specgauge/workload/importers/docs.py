@@ -51,9 +51,15 @@ def _json_lines(path: Path, max_line_bytes: int, max_decompressed_bytes: int | N
             yield where, line
         elif line.strip():
             try:
-                yield where, loads_bounded(line, where)
+                doc = loads_bounded(line, where)
             except WorkloadError as e:
                 yield where, e
+                continue
+            if isinstance(doc, list):  # a whole JSON array on one line (a UI export): its items
+                for i, item in enumerate(doc, start=1):
+                    yield f"{where}:item {i}", item
+            else:
+                yield where, doc
 
 
 def array_items(path: Path, max_decompressed_bytes: int | None) -> Iterator[tuple[str, Any]]:
