@@ -300,12 +300,13 @@ def fit_profile(
     # the GPU terms per shape: on a curve with a knee the straight line of the wrong shape can mimic it
     # (padded puts B·(1+k) tokens through every drafting step), so the shapes are compared with them
     exts = {s: extend(all_rows, s, names, f["coef"], solve, f["keep"]) for s, f in fits.items()} if gpu_terms else {}
-    if any(e is not None for e in exts.values()):
-        for s, f in fits.items():
-            e = exts[s]
-            pred_s = e.predict(e.coef) if e is not None else f["X"] @ f["coef"]
-            f["ssr_ext"] = float((((f["y"] - pred_s) * f["w"])[both] ** 2).sum())
-        chosen = min(fits, key=lambda s: fits[s]["ssr_ext"])
+    for s, f in fits.items():
+        e = exts.get(s)
+        pred_s = e.predict(e.coef) if e is not None else f["X"] @ f["coef"]
+        f["ssr_ext"] = float((((f["y"] - pred_s) * f["w"])[both] ** 2).sum())
+    by_ext = min(fits, key=lambda s: fits[s]["ssr_ext"])
+    if exts.get(by_ext) is not None:  # the best fit has a knee / overlapping host: shapes judged with them
+        chosen = by_ext
         if shape == "auto" and len(fits) == 2:
             res_txt = ", ".join(f"{s} {fits[s]['ssr_ext']:.3g}" for s in fits)
             notes.append(f"verification shape {chosen} chosen with the knee / host-overlap terms fitted for each shape "
