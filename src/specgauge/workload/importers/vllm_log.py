@@ -6,8 +6,11 @@
   SamplingParams(...), lora_request: None.`` (INFO);
 - before that split, one INFO line: ``Received request ID: prompt: 'TEXT', params: SamplingParams(...),
   prompt_token_ids: [..], ...``;
-- ``Generated response ID: output: 'TEXT', output_token_ids: [..], finish_reason: stop`` (streamed
-  requests log ``(streaming delta)`` pieces and a ``(streaming complete)`` line).
+- ``Generated response ID: output: 'TEXT', output_token_ids: [..], finish_reason: stop``, or (vLLM
+  0.32, ``vllm/entrypoints/serve/utils/request_logger.py``) the ids on a DEBUG line of their own,
+  ``Generated response ID details: output_token_ids: [..]``, before ``Generated response ID: output:
+  'TEXT', finish_reason: stop``; streamed requests log ``(streaming delta)`` pieces and a ``(streaming
+  complete)`` line.
 
 The prompt is the text after the chat template, so each request is a completions request whose
 ``prompt_token_ids`` and ``output_token_ids`` came from the server: replay is exact. A log written
@@ -32,6 +35,7 @@ from specgauge.workload.schema import WorkloadItem
 _DETAILS = re.compile(r"Request (\S+) details: prompt: ")
 _RECEIVED = re.compile(r"Received request (\S+): ")
 _GENERATED = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|complete)\))?: output: ")
+_GENERATED_IDS = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|complete)\))? details: output_token_ids: ")
 #: a vLLM log line's prefix: '(APIServer pid=1) INFO 12-04 20:00:00 [logger.py:49] '
 LOG_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[")
 _SAMPLING = {"temperature": float, "top_p": float, "top_k": int, "seed": int, "max_tokens": int,
@@ -89,7 +93,7 @@ def _sampling(s: str) -> dict[str, Any]:
 
 
 class _Pending:
-    __slots__ = ("first", "prompt", "prompt_ids", "params", "deltas", "delta_ids")
+    __slots__ = ("first", "prompt", "prompt_ids", "params", "deltas", "delta_ids", "out_ids", "reason")
 
     def __init__(self, first: str) -> None:
         self.first = first
@@ -98,6 +102,8 @@ class _Pending:
         self.params: dict[str, Any] = {}
         self.deltas: list[str] = []
         self.delta_ids: list[int] | None = []
+        self.out_ids: list[int] | None = None  #: from the DEBUG 'details' line that precedes the output line
+        self.reason: str | None = None  #: the last streamed delta's finish reason
 
 
 def _item(rid: str, p: _Pending, out: str | None, out_ids: list[int] | None, reason: str | None) -> WorkloadItem:
@@ -152,6 +158,13 @@ def _line(line: str, where: str, pending: dict[str, _Pending]) -> tuple[str, Wor
             p.prompt_ids = ids[0] if ids else None
         p.params = _sampling(line)
         return None
+    m = _GENERATED_IDS.search(line)
+    if m:
+        p = pending.get(m.group(1))
+        if p is None:
+            raise FieldError(None, f"output of request {m.group(1)} whose request line is not in this log")
+        p.out_ids = _take_literal(line, m.end())[0]
+        return None
     m = _GENERATED.search(line)
     if not m:
         return None
@@ -159,19 +172,36 @@ def _line(line: str, where: str, pending: dict[str, _Pending]) -> tuple[str, Wor
     out, end = _take_literal(line, m.end())
     ids_hit = _after(line, "output_token_ids: ", end)
     ids = ids_hit[0] if ids_hit else None
+    if ids is None and pending.get(rid) is not None:
+        ids, pending[rid].out_ids = pending[rid].out_ids, None
     reason_m = re.search(r"finish_reason: (\S+)\s*$", line)
     p = pending.get(rid)
     if p is None:
         raise FieldError(None, f"output of request {rid} whose request line is not in this log")
     if "delta" in stream:
+        if reason_m and reason_m.group(1) != "None":
+            p.reason = reason_m.group(1)
         p.deltas.append(out or "")
         p.delta_ids = p.delta_ids + ids if (p.delta_ids is not None and ids is not None) else None
         return None
     if "complete" in stream and ids is None and p.delta_ids and "".join(p.deltas) == (out or ""):
         ids = p.delta_ids  # the deltas' ids make up the whole output
     del pending[rid]
-    return p.first, _item(rid, p, out, ids, reason_m.group(1) if reason_m else None)
+    reason = reason_m.group(1) if reason_m else None
+    if reason in (None, "None", "streaming_complete"):
+        reason = p.reason
+    return p.first, _item(rid, p, out, ids, reason)
 
 
-def looks_like(first_line: str) -> bool:
-    return bool(LOG_LINE.match(first_line))
+def looks_like_log(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = None, head: int = 50) -> bool:
+    """Most of the first ``head`` non-blank lines carry vLLM's log prefix (a server log starts with a
+    line or two of its own, e.g. 'Triton is installed, but ...')."""
+    seen = hits = 0
+    for _, line in iter_lines(path, max_line_bytes, max_decompressed_bytes):
+        if isinstance(line, WorkloadError) or not line.strip():
+            continue
+        seen += 1
+        hits += bool(LOG_LINE.match(line))
+        if seen >= head:
+            break
+    return seen > 0 and hits * 2 > seen
