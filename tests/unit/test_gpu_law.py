@@ -147,3 +147,86 @@ def test_calibration_is_planned_to_cover_the_predicted_range() -> None:
     assert got[("suffix-k4", 16)] == got[("suffix-k4", 256)] == 512
     with pytest.raises(ProfileError, match="--predict-concurrency"):
         plan_calibration(["ngram"], {}, [0, 4])
+
+
+# ---------------------------------------------------------------------------- predicting past the knee
+
+GPU_PARAMS = {"a": 0.0047, "r": 8e-6, "b": 5e-6, "c": 3e-8, "p": 2e-5, "q": 0.0, "b2": 2e-5, "knee": 150.0,
+              "host[ngram]": 0.0, "ell": 0.0005, "v": 0.00015}
+
+
+@pytest.fixture(scope="module")
+def gpu_workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from specgauge.workload.samples import sample_logged_path
+
+    rows = []
+    for line in sample_logged_path().read_text(encoding="utf-8").splitlines()[:48]:
+        d = json.loads(line)
+        d["request"]["max_tokens"] = 24
+        d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:24]
+        rows.append(json.dumps(d))
+    out = tmp_path_factory.mktemp("gpu") / "w.jsonl"
+    out.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return out
+
+
+def _ngram_cells(ks: tuple[int, ...], concs: tuple[int, ...]) -> list:
+    from specgauge.predict import CellSpec
+    from specgauge.sweep.grid import config_label, grid_method
+
+    return [CellSpec(label=config_label(grid_method("ngram", k)), speculative_config=grid_method("ngram", k), concurrency=c)
+            for k in ks for c in concs]
+
+
+def test_prediction_past_the_measured_range_says_how_far_and_widens_its_band(gpu_workload: Path) -> None:
+    from specgauge.predict import predict_cells
+    from specgauge.predict.profile import MeasuredRange, StepCostProfile
+
+    cells = _ngram_cells((8,), (2, 32))
+    inside = StepCostProfile(params=GPU_PARAMS, measured=MeasuredRange(max_tokens_per_forward=500, max_forward_tokens=50000,
+                                                                       max_batch=64))
+    small, big = predict_cells(inside, [gpu_workload], cells)
+    assert not small.extrapolated and not big.extrapolated and small.beyond_range == big.beyond_range == 0.0
+    # calibrated at batch <= 4 with small forwards: batch 2 is safe, batch 32 is not, and it says by how much
+    plateau = StepCostProfile(params=GPU_PARAMS, measured=MeasuredRange(max_tokens_per_forward=12, max_forward_tokens=900,
+                                                                        max_batch=4))
+    small2, big2 = predict_cells(plateau, [gpu_workload], cells)
+    assert not small2.extrapolated
+    assert big2.extrapolated and big2.beyond_range is not None and big2.beyond_range > 0.3
+    assert any("batch up to 32 against 4" in n for n in big2.notes), big2.notes
+    assert big2.speedup == pytest.approx(big.speedup)
+    assert big2.speedup_low is not None and big2.speedup_low < big2.speedup - 0.01  # the roofline's worst case
+
+
+def test_recommendation_past_the_knee_lowers_k_with_the_batch_and_ends_off(gpu_workload: Path) -> None:
+    """On a knee-shaped law the best k falls as the batch grows; past the crossover nothing pays: the
+    schedule's k = 0 there comes with the #49548 warning, and vLLM's rules accept the schedule."""
+    from specgauge.predict import predict_cells
+    from specgauge.predict.profile import MeasuredRange, StepCostProfile
+    from specgauge.recommend import recommend
+    from specgauge.recommend.curves import speedup_curves
+    from specgauge.recommend.schedule import validate_schedule
+    from specgauge.recommend.sources import options_from_predictions
+    from specgauge.report.speedup_plot import speedup_vs_batch_html
+
+    prof = StepCostProfile(params=GPU_PARAMS, measured=MeasuredRange(max_tokens_per_forward=2000, max_forward_tokens=50000,
+                                                                     max_batch=64))
+    cells = _ngram_cells((1, 2, 8), (1, 4, 64))
+    preds = [p.model_copy(update={"speedup_low": p.speedup * 0.997, "speedup_high": p.speedup * 1.003})  # type: ignore[operator]
+             for p in predict_cells(prof, [gpu_workload], cells)]
+    opts, notes = options_from_predictions(preds)
+    spec = {c.label: c.speculative_config for c in cells}
+    for o in opts:
+        o.speculative_config = spec[o.label]
+    rec = recommend(opts, [1, 4, 64], source="prediction", source_name="p", notes=notes)
+    assert rec.verdict == "speculate" and rec.schedule is not None, rec.headline
+    ks = [k for _, _, k in rec.schedule]
+    assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1] == 0, rec.schedule
+    validate_schedule(rec.schedule, rec.speculative_config["num_speculative_tokens"])  # type: ignore[index]
+    assert any("#49548" in n and "k = 0 is not 'off'" in n for n in rec.notes)
+    curves = speedup_curves(preds, {("ngram-k2", 4): (1.05, 1.0, 1.1)}, 1.05, rec.schedule)
+    assert curves.stops_paying_at == rec.schedule[-1][0]
+    assert [c.label for c in curves.curves] == ["ngram-k1", "ngram-k2", "ngram-k8"]
+    assert [q.batch for q in curves.curves[0].predicted] == [1, 4, 64]
+    html = speedup_vs_batch_html(curves)
+    assert html.startswith("<div") and "ngram-k8 predicted" in html and "http" not in html.split("plotly", 1)[0]
