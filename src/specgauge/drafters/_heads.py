@@ -206,30 +206,34 @@ class Head(nn.Module):
         return out.reshape(N, c.num_heads * c.head_dim)
 
     # -- all levels over one sequence ---------------------------------------------------------------
-    def levels(self, next_tokens: Tensor, target_hidden: Tensor, n_levels: int) -> list[Tensor]:
-        """Draft logits [T, Vd] for levels 0..n_levels-1 over one sequence of T draft positions:
-        ``next_tokens[p]`` = t[p+1], ``target_hidden[p]`` = the target's hidden states at p. Row p of
-        level s is chain step s+1 of the chain that starts at p - s (rows p < s are meaningless), fed
-        the true tokens: exact for acceptance, since a chain step only counts if every earlier one
-        drafted the true token. Also the training forward (EAGLE-3's training-time test)."""
+    def levels(self, next_tokens: Tensor, target_hidden: Tensor, n_levels: int, start: int = 0) -> list[Tensor]:
+        """Draft logits for levels 0..n_levels-1 over one sequence of T draft positions:
+        ``next_tokens[p]`` = t[p+1], ``target_hidden[p]`` = the target's hidden states at p. Level 0
+        covers all T rows; level s >= 1 rows ``start``..T-1 only (row i is position start + i): row p
+        of level s is chain step s+1 of the chain that starts at p - s (chains starting before
+        ``start - 1`` and rows p < s are meaningless). Fed the true tokens: exact for acceptance,
+        since a chain step only counts if every earlier one drafted the true token. Also the
+        training forward (EAGLE-3's training-time test, ``start`` 0)."""
         T = next_tokens.shape[0]
         pos = torch.arange(T)
         q0, k0, v0, res = self.qkv(next_tokens, pos, self.combine(target_hidden))
         causal = pos[None, :] <= pos[:, None]  # [T, T]
         logits, h = self.finish(self.attend(q0, [(k0, v0, causal)]), res)
         out = [logits]
-        chain: list[tuple[Tensor, Tensor]] = []  # level j's keys/values at each position
+        a = max(0, min(start, T - 1))
+        rows, toks = pos[a:], next_tokens[a:]
+        prev = h[a - 1 : T - 1] if a else torch.cat([h[:1] * 0, h[:-1]])  # level 0's output at p-1
+        chain: list[tuple[Tensor, Tensor]] = []  # level j's keys/values at rows a..T-1
         for s in range(1, n_levels):
-            hin = torch.cat([h[:1] * 0, h[:-1]])  # own hidden from level s-1 at p-1
-            q, k, v, res = self.qkv(next_tokens, pos, hin)
+            q, k, v, res = self.qkv(toks, rows, prev)
             chain.append((k, v))
-            tf_mask = pos[None, :] <= (pos[:, None] - s).clamp(min=0)  # level-0 keys at <= p-s
+            tf_mask = pos[None, :] <= (rows[:, None] - s).clamp(min=0)  # level-0 keys at <= p-s
             groups = [(k0, v0, tf_mask)]
             for j, (kj, vj) in enumerate(chain, start=1):  # level j's key at position p - (s - j)
-                sh = s - j
-                groups.append((_shift(kj, sh), _shift(vj, sh), None))
+                groups.append((_shift(kj, s - j), _shift(vj, s - j), None))
             logits, h = self.finish(self.attend(q, groups), res)
             out.append(logits)
+            prev = torch.cat([h[:1] * 0, h[:-1]])  # own hidden from this level at p-1 (row a-1: no chain needs it)
         return out
 
 

@@ -173,7 +173,8 @@ class HiddenStateDrafter:
     # -- offline replay --------------------------------------------------------------------------
     def _levels(self, prompt_ids: Sequence[int], output_ids: Sequence[int], n_levels: int) -> tuple[np.ndarray, int]:
         """Predicted target ids [n_levels, T] of every draft position p (t[p+2] at level s: chain step
-        s+1 of the chain starting at p - s), T = len(prompt) + len(output) - 1."""
+        s+1 of the chain starting at p - s), T = len(prompt) + len(output) - 1; levels >= 1 only from
+        position len(prompt) - 1 on (-1 before: no step starts there)."""
         import torch
 
         seq = [int(t) for t in (*prompt_ids, *output_ids)]
@@ -190,8 +191,12 @@ class HiddenStateDrafter:
             cache = self.target.new_cache(1, T)
             _, hid = self.target.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [T], cache, self.hidden_layers,
                                                      logits_at=torch.tensor([T - 1]))
-            lv = self.head.levels(torch.tensor(seq[1:]), hid.to(self._dtype), n_levels)
-            pred = torch.stack([self.head.to_target(x.argmax(-1)) for x in lv])
+            a = max(0, len(prompt_ids) - 1)  # the first chain starts at draft position P - 1
+            lv = self.head.levels(torch.tensor(seq[1:]), hid.to(self._dtype), n_levels, start=a)
+            pred = torch.full((n_levels, T), -1, dtype=torch.long)
+            pred[0] = self.head.to_target(lv[0].argmax(-1))
+            for s, x in enumerate(lv[1:], start=1):
+                pred[s, a:] = self.head.to_target(x.argmax(-1))
         return pred.numpy().astype(np.int64), T
 
     def replay_arrays(

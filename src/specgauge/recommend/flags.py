@@ -9,6 +9,11 @@
 - SGLang: ``--speculative-algorithm NGRAM`` / ``STANDALONE`` / ``EAGLE`` / ``EAGLE3`` with
   ``--speculative-num-steps K --speculative-eagle-topk 1 --speculative-num-draft-tokens K+1``; no
   batch-size schedule, no suffix decoding; its NGRAM drafter is not vLLM's prompt lookup.
+- Hidden-state heads: EAGLE-3 is ``{"method":"eagle3","model":HEAD,...}`` in vLLM and ``EAGLE3`` with
+  ``--speculative-draft-model-path HEAD`` in SGLang. An MTP head is the target's own layers in both:
+  vLLM ``{"method":"mtp","num_speculative_tokens":K}`` (no ``model``: vLLM reads them from the target's
+  checkpoint), SGLang ``--speculative-algorithm EAGLE`` without a draft path (its NEXTN alias). llama.cpp
+  has neither.
 """
 
 from __future__ import annotations
@@ -90,6 +95,10 @@ def sglang_command(spec: dict[str, Any] | None, model: str = "MODEL") -> tuple[s
         return f"{base} --speculative-algorithm NGRAM --speculative-num-steps {k} --speculative-num-draft-tokens {k + 1}", notes
     if sc.method == "draft_model":
         return f"{base} --speculative-algorithm STANDALONE --speculative-draft-model-path {shlex.quote(sc.model or 'DRAFT')} {steps}", notes
+    if sc.method == "mtp":
+        notes.append("SGLang runs a model's native MTP layers through its EAGLE worker (NEXTN is the same "
+                     "algorithm); no draft model path")
+        return f"{base} --speculative-algorithm EAGLE {steps}", notes
     if sc.method in ("eagle", "eagle3"):
         return f"{base} --speculative-algorithm {sc.method.upper()} --speculative-draft-model-path {shlex.quote(sc.model or 'DRAFT')} {steps}", notes
     if sc.method == "suffix":
@@ -97,8 +106,16 @@ def sglang_command(spec: dict[str, Any] | None, model: str = "MODEL") -> tuple[s
     return None, [f"no SGLang mapping for method {sc.method!r}"]
 
 
+def vllm_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The speculative config as vLLM takes it: an MTP head is the target's own layers, so no ``model``."""
+    if spec and spec.get("method") == "mtp":
+        return {k: v for k, v in spec.items() if k != "model"}
+    return spec
+
+
 def render_flags(spec: dict[str, Any] | None, model: str = "MODEL") -> Flags:
     ll, lln = llamacpp_command(spec, model)
     sg, sgn = sglang_command(spec, model)
-    return Flags(vllm=vllm_command(spec, model), vllm_speculative_config=spec, llamacpp=ll, llamacpp_notes=lln,
+    vs = vllm_spec(spec)
+    return Flags(vllm=vllm_command(vs, model), vllm_speculative_config=vs, llamacpp=ll, llamacpp_notes=lln,
                  sglang=sg, sglang_notes=sgn)
