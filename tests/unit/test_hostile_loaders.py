@@ -197,12 +197,14 @@ def test_default_decompressed_cap_applies_to_workload_reads(tmp_path: Path, monk
 
 def test_batch_output_long_line_is_bounded(tmp_path: Path) -> None:
     """Before: the output's lines were read whole (a 1.68 GB line, then a MemoryError traceback)."""
-    line = json.dumps({"custom_id": "c0", "response": {"status_code": 200, "body": {"object": "chat.completion", "choices": [
-        {"message": {"role": "assistant", "content": "ok"}}], "pad": "x" * 100_000}}}) + "\n"
-    paths = batch_pair(tmp_path, gzip.compress(line.encode()))
-    with pytest.raises(WorkloadError, match=r"out\.jsonl\.gz:1: line longer than 4096 bytes"):
+    def out(i: int, pad: int) -> str:
+        return json.dumps({"custom_id": f"c{i}", "response": {"status_code": 200, "body": {"object": "chat.completion", "choices": [
+            {"message": {"role": "assistant", "content": "ok"}}], "pad": "x" * pad}}}) + "\n"
+
+    paths = batch_pair(tmp_path, gzip.compress((out(0, 10) + out(1, 100_000)).encode()), n=2)  # line 1 short: detection passes
+    with pytest.raises(WorkloadError, match=r"out\.jsonl\.gz:2: line longer than 4096 bytes"):
         load_workload(paths, LoadOptions(max_line_bytes=4096))
-    assert load_workload(paths)[0].request.id == "c0"
+    assert [it.request.id for it in load_workload(paths)] == ["c0", "c1"]
 
 
 def test_batch_output_bomb_bounded_memory_at_defaults(tmp_path: Path) -> None:
@@ -210,7 +212,9 @@ def test_batch_output_bomb_bounded_memory_at_defaults(tmp_path: Path) -> None:
     RLIMIT_AS the load is one WorkloadError (the 16 MiB line bound), and nothing is left in the spool."""
     spool = tmp_path / "spool"
     spool.mkdir()
-    c = zlib_bomb(300 << 20)
+    first = json.dumps({"custom_id": "c0", "response": {"status_code": 200, "body": {"object": "chat.completion", "choices": [
+        {"message": {"role": "assistant", "content": "ok"}}]}}}) + "\n"
+    c = zlib_bomb(300 << 20, first.encode())  # line 1 a good record (detection reads it), line 2 the bomb
     batch_pair(tmp_path, c)
     r = bounded_run(f"""
         import tempfile
@@ -227,12 +231,13 @@ def test_batch_output_bomb_bounded_memory_at_defaults(tmp_path: Path) -> None:
     assert list(spool.iterdir()) == []
 
 
-def zlib_bomb(n: int) -> bytes:
-    """gzip of one line of ``n`` spaces, streamed (never ``n`` bytes in memory here)."""
+def zlib_bomb(n: int, head: bytes = b"") -> bytes:
+    """gzip of ``head`` and one line of ``n`` spaces, streamed (never ``n`` bytes in memory here)."""
     import io
 
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6) as g:
+        g.write(head)
         block = b" " * (1 << 20)
         for _ in range(n >> 20):
             g.write(block)
