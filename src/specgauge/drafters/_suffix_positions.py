@@ -6,7 +6,7 @@ module computes, for every p, that draft and whether it is certain (``_suffix_bo
 global_draft_certain``: the same for every value of the unknown tokens in the cache). The replay's
 own steps follow from the table (start at 1, go to p + accepted + 1), and so does every path a server
 could have taken where a draft was uncertain (``path_bounds``): the server's counts lie between the
-least and the most over those paths.
+least and the most over those paths. ``CountBounds``: a request's bounds, as the replay reports them.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specgauge.drafters._suffix_bounds import global_draft_certain
-from specgauge.drafters._suffix_tree import best_draft
+from specgauge.drafters._suffix_replay import draft_at
 
 if TYPE_CHECKING:
     from specgauge.drafters._suffix_bounds import UnknownTails
     from specgauge.drafters._suffix_tree import SuffixTree
+    from specgauge.drafters.suffix import SuffixTrace
 
 
 @dataclass
@@ -39,7 +40,6 @@ def replay_positions(local: SuffixTree, glob: SuffixTree, seq: int | None, token
                      tails: UnknownTails | None) -> tuple[Positions, int]:
     """The table for a begun request whose prompt + output is ``tokens`` (arguments as
     ``_suffix_replay.replay_steps``); returns it and the tokens learned."""
-    depth = local.max_depth
     total = len(tokens)
     n_out = total - prompt_len
     pos = Positions([[]], [0], [True], [0])
@@ -50,20 +50,9 @@ def replay_positions(local: SuffixTree, glob: SuffixTree, seq: int | None, token
         kk = 0
         if max_model_len is None or n < max_model_len:  # else vLLM skips the request, learning nothing
             kk = k if max_model_len is None else min(k, max_model_len - n - 1)
-            for i in range(seen, n):
-                local.append(0, tokens[i])
-                if seq is not None:
-                    glob.append(seq, tokens[i])
-            seen = n
-            context = tokens[n - depth : n] if n > depth else tokens[:n]
-            l_score, draft, _, _ = best_draft(local.root, context, local.active_nodes(0), kk, limits, min_prob, -1.0)
-            if groot.children:
-                g_active = glob.active_nodes(seq) if seq is not None else ()
-                _, g_draft, _, _ = best_draft(groot, context, g_active, kk, limits, min_prob, max(l_score, 0.0))
-                if g_draft:
-                    draft = g_draft
-                if tails is not None and tails.total:
-                    certain = global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)
+            draft, context, l_score, seen = draft_at(local, glob, seq, tokens, n, seen, kk, limits, min_prob)
+            if tails is not None and tails.total:
+                certain = global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)
         a = 0
         while a < len(draft) and n + a < total and draft[a] == tokens[n + a]:
             a += 1
@@ -143,3 +132,64 @@ def path_bounds(pos: Positions, n_out: int, start: int, final_accepted: int | No
     if not ok[start]:
         return None
     return (tuple(int(x) for x in lo[start]), tuple(int(x) for x in hi[start]))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class CountBounds:
+    """One request's [low, high] of drafts, draft tokens and accepted tokens (``SuffixDrafter(bounds=True)``).
+
+    Two replays, the extremes of what a server did past each output's end that its counters do not
+    pin: in one it accepted nothing there, in the other the whole final draft (and learned it). Either
+    way one more token followed (the correction or bonus token), which no log holds.
+
+    * ``sound`` (every open end so far pinned by the server's final-step count, vLLM's
+      ``per_step_accepted[-1]``): the two replays coincide and the only unknowns are those bonus
+      tokens. The steps up to the first whose draft could depend on one (``UnknownTails``, a sound
+      test) are exact; past it the rest of the request is bounded by what its remaining R output
+      tokens allow: up to R more drafts, k·R draft tokens and R − 1 + k accepted tokens. The server's
+      counts lie inside (``tests/unit/test_suffix_bounds.py``); the test is worst-case, so wide.
+    * otherwise the two extremes' counts, narrow but no guarantee: a tail accepted in part, or a bonus
+      token, can move a later draft outside them.
+
+    ``exact`` only when low == high."""
+
+    drafts: tuple[int, int]
+    draft_tokens: tuple[int, int]
+    accepted_tokens: tuple[int, int]
+
+    @property
+    def exact(self) -> bool:
+        return all(lo == hi for lo, hi in (self.drafts, self.draft_tokens, self.accepted_tokens))
+
+    @property
+    def width(self) -> int:
+        """Accepted tokens between the bounds (the figure the acceptance interval turns on)."""
+        return self.accepted_tokens[1] - self.accepted_tokens[0]
+
+    @classmethod
+    def of(cls, a: SuffixTrace, b: SuffixTrace, n_out: int, k: int, sound: bool = True) -> CountBounds:
+        (la, ha), (lb, hb) = _interval(a, n_out, k, sound), _interval(b, n_out, k, sound)
+        return cls(*[(min(x, y), max(u, v)) for x, y, u, v in zip(la, lb, ha, hb)])
+
+    def as_lists(self) -> dict[str, list[int]]:
+        return {"drafts": list(self.drafts), "draft_tokens": list(self.draft_tokens),
+                "accepted_tokens": list(self.accepted_tokens)}
+
+
+def _interval(t: SuffixTrace, n_out: int, k: int, sound: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(low, high) counts of one replay: with ``sound``, exact up to its first uncertain step and
+    bounded after it; else its counts."""
+    d, acc = t.drafted, t.accepted
+    fu = None if not sound else (0 if d.size else None) if not t.checked else t.first_uncertain
+    if fu is None:
+        c = (int((d > 0).sum()), int(d.sum()), int(acc.sum()))
+        return c, c
+    c = (int((d[:fu] > 0).sum()), int(d[:fu].sum()), int(acc[:fu].sum()))
+    start = 1 + int(acc[:fu].sum()) + fu  # the output position where step fu starts
+    if t.positions is not None and t.checked:  # every path a server could take from there (a draft per position)
+        pb = path_bounds(t.positions, n_out, start, t.pinned_final)
+        if pb is not None:
+            (l0, l1, l2), (h0, h1, h2) = pb
+            return (c[0] + l0, c[1] + l1, c[2] + l2), (c[0] + h0, c[1] + h1, c[2] + h2)
+    rest = n_out - start  # output tokens the steps from fu on emitted
+    return c, (c[0] + rest, c[1] + k * rest, c[2] + max(0, rest - 1) + k)

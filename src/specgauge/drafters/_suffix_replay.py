@@ -43,11 +43,9 @@ def replay_steps(
     ``suffix.spec_limits``; ``min_prob`` already float32. With ``tails`` (unknown tokens in the global
     tree), each step's draft is checked with ``_suffix_bounds.global_draft_certain``. Returns
     (drafted, accepted, seen, the final step's draft, index of the first uncertain step or None)."""
-    depth = local.max_depth
     total = len(tokens)
     drafted: list[int] = []
     accepted: list[int] = []
-    l_append, g_append = local.append, glob.append
     groot = glob.root
     n = prompt_len + 1  # output token 0 came from the prefill
     draft: list[int] = []
@@ -57,22 +55,10 @@ def replay_steps(
             draft = []  # vLLM skips the request, learning nothing
         else:
             kk = k if max_model_len is None else min(k, max_model_len - n - 1)
-            for i in range(seen, n):
-                t = tokens[i]
-                l_append(0, t)
-                if seq is not None:
-                    g_append(seq, t)
-            seen = n
-            context = tokens[n - depth : n] if n > depth else tokens[:n]
-            l_score, draft, _, _ = best_draft(local.root, context, local.active_nodes(0), kk, limits, min_prob, -1.0)
-            if groot.children:
-                g_active = glob.active_nodes(seq) if seq is not None else ()
-                g_score, g_draft, _, _ = best_draft(groot, context, g_active, kk, limits, min_prob, max(l_score, 0.0))
-                if g_draft:
-                    draft = g_draft
-                if (first_uncertain is None and tails is not None and tails.total
-                        and not global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)):
-                    first_uncertain = len(drafted)
+            draft, context, l_score, seen = draft_at(local, glob, seq, tokens, n, seen, kk, limits, min_prob)
+            if (first_uncertain is None and tails is not None and tails.total
+                    and not global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)):
+                first_uncertain = len(drafted)
         a = 0
         for t in draft:
             if n + a >= total or t != tokens[n + a]:
@@ -82,3 +68,25 @@ def replay_steps(
         accepted.append(a)
         n += a + 1
     return drafted, accepted, seen, draft, first_uncertain
+
+
+def draft_at(local: SuffixTree, glob: SuffixTree, seq: int | None, tokens: list[int], n: int, seen: int, k: int,
+             limits: list[int], min_prob: float) -> tuple[list[int], list[int], float, int]:
+    """Learn ``tokens[seen:n]`` (both trees), then draft at position n as vLLM does: the local tree's
+    draft unless the global tree's scores more. Returns (draft, context, local score, tokens learned)."""
+    for i in range(seen, n):
+        t = tokens[i]
+        local.append(0, t)
+        if seq is not None:
+            glob.append(seq, t)
+    depth = local.max_depth
+    context = tokens[n - depth : n] if n > depth else tokens[:n]
+    l_score, draft, _, _ = best_draft(local.root, context, local.active_nodes(0), k, limits, min_prob, -1.0)
+    groot = glob.root
+    if groot.children:
+        g_active = glob.active_nodes(seq) if seq is not None else ()
+        _, g_draft, _, _ = best_draft(groot, context, g_active, k, limits, min_prob, max(l_score, 0.0))
+        if g_draft:
+            draft = g_draft
+    return draft, context, l_score, n
+

@@ -53,7 +53,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from specgauge.drafters._suffix_bounds import CountBounds, UnknownTails
+from specgauge.drafters._suffix_bounds import UnknownTails
+from specgauge.drafters._suffix_positions import CountBounds
 from specgauge.drafters._suffix_native import NativeSuffixCache, resolve_backend
 from specgauge.drafters._suffix_tree import (
     Draft,
@@ -246,7 +247,7 @@ class SuffixDrafter:
         when known too (else it is an unknown token in the cache, see ``SuffixTrace``).
 
         With ``bounds``, the request is also replayed through the other extreme's cache and the trace
-        carries ``bounds`` (``_suffix_bounds.CountBounds``): this cache learns nothing past a cut the
+        carries ``bounds`` (``_suffix_positions.CountBounds``): this cache learns nothing past a cut the
         server's counters do not pin, the other one learns the whole final draft there (and counts it
         accepted, as the server would); the figures returned are this cache's. While every open end
         so far was pinned, the bounds are sound (they also cover the unknown bonus tokens)."""
