@@ -114,3 +114,24 @@ def test_bench_check_replays_a_run_exactly_from_its_records_and_warmups(runs: An
     res0 = check_run([_record(i, w, float(i)) for i, w in enumerate(recs)], {"method": "suffix", "num_speculative_tokens": K},
                      "test", 1024)
     assert res0.matching < N
+
+
+def test_calibrations_check_finds_the_engine_doing_what_its_config_says(runs: Any) -> None:
+    """The check calibration runs on each suffix run (``predict.fit``): every request identical, none of the
+    greedy ones differing (before: '9 greedy request(s) drafted or came out differently than replayed')."""
+    from specgauge.predict.fit import _engine_order_traces
+    from specgauge.predict.observe import RunData
+    from specgauge.predict.replay import WorkloadReplay
+    from specgauge.predict.types import CellSpec
+
+    spec = {"method": "suffix", "num_speculative_tokens": K}
+    rds = [RunData(f"c{c}", CellSpec(label=f"suffix-k{K}", speculative_config=spec, concurrency=c), "suffix", K,
+                   [_record(i, w, float(i)) for i, w in enumerate(runs[c][1])], {"warmups": runs[c][0], "server": {}})
+           for c in (1, 4)]
+    replay = WorkloadReplay([sample_logged_path()], None, N)
+    for rd in rds:
+        got = _engine_order_traces(replay, rd, rds)
+        assert got is not None
+        chk = got[1]
+        assert (chk["identical_requests"], chk["greedy_differ"], chk.get("gap")) == (N, 0, 0.0), chk
+    assert got[1]["earlier_runs_on_this_server"] == 1  # the concurrency-4 run came second on the same server
