@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from specgauge.distributions import describe
 from specgauge.records import Chunk, FailureKind, RequestRecord, TokenCountSource
-from specgauge.stats.distributions import describe
 from specgauge.stats.latency import chunk_itls, is_good, latency_metrics, parse_goodput, per_token_itls, tpot
 
 

@@ -16,8 +16,8 @@ from specgauge.canary.config import CanaryConfig
 from specgauge.canary.controller import CanaryState, Decision
 from specgauge.canary.judge import Judgement, WindowInput
 from specgauge.canary.observe import Role, Side
+from specgauge.distributions import describe
 from specgauge.records import RequestRecord, SpecCounts
-from specgauge.stats.distributions import describe
 
 EXIT_CODES = {"complete": 0, "rolled_back": 1, "running": 3}
 

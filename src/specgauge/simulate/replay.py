@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
+from specgauge.distributions import describe
 from specgauge.drafters.base import ReplayTrace
-from specgauge.stats.distributions import describe
 
 
 class RequestAcceptance(BaseModel):

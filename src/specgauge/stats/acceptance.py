@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specgauge.distributions import DEFAULT_PERCENTILES, describe, finite_or_none
 from specgauge.records import RequestRecord, SpecCounts
-from specgauge.stats.distributions import DEFAULT_PERCENTILES, describe, finite_or_none
 
 
 def counts_json(s: SpecCounts | None, reason: str = "the server exposed no speculative counts") -> dict[str, Any]:

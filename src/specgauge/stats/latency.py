@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.distributions import DEFAULT_PERCENTILES, Dist, describe
 from specgauge.records import Chunk, FailureKind, RequestRecord
-from specgauge.stats.distributions import DEFAULT_PERCENTILES, Dist, describe
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
@@ -125,7 +125,7 @@ class LatencyMetrics:
         return {"ttft": self.ttft, "tpot": self.tpot, "itl": self.itl, "chunk_itl": self.chunk_itl, "e2el": self.e2el}
 
     def to_json(self) -> dict[str, Any]:
-        from specgauge.stats.distributions import finite_or_none
+        from specgauge.distributions import finite_or_none
 
         out: dict[str, Any] = {
             "requests": self.requests,

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from specgauge import __version__
+from specgauge.distributions import finite_or_none, pct_label
 from specgauge.records import RequestRecord, RunRecord, SpecCounts
 from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
-from specgauge.stats.distributions import finite_or_none, pct_label
 from specgauge.stats.latency import LatencyMetrics, latency_metrics
 from specgauge.stats.server_memory import server_memory, session_logs
 

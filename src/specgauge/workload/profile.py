@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from specgauge.stats.distributions import describe
+from specgauge.distributions import describe
 from specgauge.workload.schema import Response, WorkloadItem
 from specgauge.workload.tokenizer import Tokenizer, model_match
 from specgauge.workload.tokenizer import describe as describe_tokenizer

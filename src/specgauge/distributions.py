@@ -1,4 +1,5 @@
-"""Summaries of one sample: mean / median / std / percentiles / max, NaN with a reason when empty.
+"""Summaries of one sample: mean / median / std / percentiles / max, NaN with a reason when empty (a base
+module: workload profiles, replay tables, bench latencies and canary windows all describe samples with it).
 
 Percentiles use numpy's default (linear interpolation), as ``vllm bench serve`` does, so the same
 data gives the same p99 in both tools.
