@@ -5,9 +5,10 @@ Seeded, CPU, a few minutes on 2 cores. ``scripts/train_tiny_models.py`` runs it 
 target; alone it reads the shipped target.
 
 1. **Data** — chat requests of the sample-workload generator (``--pair-seeds``; seed 0, the shipped
-   sample, is held out) rendered through the target's chat template; the target's own greedy
-   answers (``--max-tokens``) come from the embedded engine (self-distillation, as EAGLE trains on
-   the target's outputs). Each training window is the last ``--window`` tokens of prompt + answer.
+   sample, is held out) rendered through the target's chat template, followed by their reference
+   answers (the target's own training corpus); labels are the target's argmax at every position
+   (distillation: what greedy acceptance rewards). Each training window is the last ``--window``
+   tokens of prompt + answer.
 2. **Heads** — one decoder layer each, shaped like the target (hidden 256), sharing its embeddings:
    EAGLE-3 reads the target's residual streams entering layers 1, 2 and 4 (the last layer's output;
    vLLM's default ids for 4 layers, (2, 2, 1), would give two states) through ``fc`` and predicts
@@ -16,7 +17,7 @@ target; alone it reads the shipped target.
 3. **Loss** — cross-entropy to the target's argmax at every position, over ``--ttt-levels`` levels of
    EAGLE-3's training-time test (level s feeds the head its own hidden states from level s-1; the
    same computation the replay runs), level s weighted 0.8^s.
-4. **Figures** — on held-out requests (seed 0) the target's greedy outputs, then the exact replay's
+4. **Figures** — on held-out requests (the shipped sample's logged greedy outputs), the exact replay's
    acceptance per k beside the teacher-forced accuracy; written to each head's ``README.md`` and
    ``training_figures.json``. Weights saved in bfloat16, figures measured on the saved files.
 
@@ -59,12 +60,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--pair-seeds", type=str, default="1,2")
-    p.add_argument("--per-cell", type=int, default=16)
-    p.add_argument("--max-tokens", type=int, default=96, help="target greedy answer length cap (training data)")
-    p.add_argument("--window", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--per-cell", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=192, help="answer length cap (tokens) of a training document")
+    p.add_argument("--window", type=int, default=192)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--intermediate", type=int, default=512, help="the head's MLP width")
     p.add_argument("--ttt-levels", type=int, default=3)
     p.add_argument("--draft-vocab", type=int, default=2048)
     p.add_argument("--eval-requests", type=int, default=40)
@@ -72,33 +74,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke run; do not ship its output")
     a = p.parse_args(argv)
     if a.quick:
-        a.per_cell, a.steps, a.eval_requests, a.max_tokens = 2, 20, 6, 32
+        a.per_cell, a.steps, a.eval_requests = 2, 4, 6
     return a
 
 
-def prompts(tok: Any, seeds: list[int], per_cell: int) -> list[list[int]]:
+def documents(tok: Any, seeds: list[int], per_cell: int, max_answer: int) -> list[list[int]]:
+    """prompt ids + reference answer ids (+ <|im_end|> for chats) of the generator's requests."""
     from specgauge.workload.samples.generate import generate_pairs
 
     out = []
+    end = tok.convert_tokens_to_ids("<|im_end|>")
     for s in seeds:
-        for request, _answer in generate_pairs(s, per_cell):
+        for request, answer in generate_pairs(s, per_cell):
             body = request.get("body", request)
             if body.get("messages"):
-                ids = tok.apply_chat_template(body["messages"], tools=body.get("tools"), add_generation_prompt=True,
-                                              tokenize=True, return_dict=False)
+                text = tok.apply_chat_template(body["messages"], tools=body.get("tools"), add_generation_prompt=True,
+                                               tokenize=False)
+                tail = [end]
             else:
-                ids = tok(body["prompt"], add_special_tokens=False)["input_ids"]
-            out.append(list(ids))
+                text, tail = body["prompt"], []
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            ans = tok(answer, add_special_tokens=False)["input_ids"][:max_answer] + tail
+            out.append(list(ids)[-(2048 - len(ans)):] + ans)
     return out
 
 
-def greedy_outputs(target_dir: Path, prompts_ids: list[list[int]], max_tokens: int) -> list[list[int]]:
-    from specgauge.engine.core import Engine, generate
-    from specgauge.engine.sampling import SamplingParams
+def held_out(n: int, max_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """The first ``n`` greedy requests of the shipped sample with the target's logged outputs."""
+    from specgauge.workload.samples import sample_logged_path
 
-    eng = Engine(target_dir, max_batch=8, max_model_len=2048)
-    keep = [p[-(2048 - max_tokens):] for p in prompts_ids]
-    return generate(eng, keep, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+    rows = [json.loads(line) for line in sample_logged_path().read_text(encoding="utf-8").splitlines()]
+    rows = [r for r in rows if r["request"].get("temperature") == 0.0][:n]
+    return [(r["response"]["prompt_token_ids"], r["response"]["output_token_ids"][:max_tokens]) for r in rows]
 
 
 def windows(target: Any, seqs: list[list[int]], layers: tuple[Any, ...], window: int) -> list[tuple[torch.Tensor, ...]]:
@@ -141,9 +148,9 @@ def train(head: Head, data: list[tuple[torch.Tensor, ...]], args: argparse.Names
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        if step % 25 == 0 or step == args.steps:
-            curve.append([step, round(float(loss), 4)])
-            print(f"[{head.c.kind}] step {step}/{args.steps} loss {float(loss):.4f}", flush=True)
+        if step % 10 == 0 or step == args.steps:
+            curve.append([step, round(loss.item(), 4)])
+            print(f"[{head.c.kind}] step {step}/{args.steps} loss {loss.item():.4f}", flush=True)
     return curve
 
 
@@ -197,25 +204,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     seeds = [int(s) for s in args.pair_seeds.split(",")]
     if 0 in seeds:
         raise SystemExit("--pair-seeds must not contain the held-out seed 0")
-    train_prompts = prompts(tok, seeds, args.per_cell)
-    outs = greedy_outputs(args.target, train_prompts, args.max_tokens)
-    seqs = [p[-(2048 - args.max_tokens):] + o for p, o in zip(train_prompts, outs, strict=True)]
-    print(f"[data] {len(seqs)} sequences, {sum(map(len, outs)):,} target output tokens ({time.time() - t0:.0f} s)", flush=True)
-    ev_prompts = prompts(tok, [0], max(1, args.eval_requests // 10))[: args.eval_requests]
-    ev_outs = greedy_outputs(args.target, ev_prompts, args.eval_max_tokens)
-    evals = list(zip(ev_prompts, ev_outs, strict=True))
-    # the EAGLE-3 draft vocabulary: the ids the target emits most (ties by id), in increasing order
-    counts = np.bincount(np.concatenate([np.asarray(o, dtype=np.int64) for o in outs] + [np.arange(targs.vocab_size)]),
+    seqs = documents(tok, seeds, args.per_cell, args.max_tokens)
+    print(f"[data] {len(seqs)} sequences, {sum(map(len, seqs)):,} tokens ({time.time() - t0:.0f} s)", flush=True)
+    evals = held_out(args.eval_requests, args.eval_max_tokens)
+    # the EAGLE-3 draft vocabulary: the ids most frequent in the training documents (ties by id), in increasing order
+    counts = np.bincount(np.concatenate([np.asarray(o, dtype=np.int64) for o in seqs] + [np.arange(targs.vocab_size)]),
                          minlength=targs.vocab_size) - 1
     order = sorted(range(targs.vocab_size), key=lambda i: (-counts[i], i))[: args.draft_vocab]
     d2t_ids = torch.tensor(sorted(order))
     to_draft = torch.full((targs.vocab_size,), -100, dtype=torch.long)
     to_draft[d2t_ids] = torch.arange(len(d2t_ids))
     figures: dict[str, Any] = {}
+    shared = windows(target, seqs, (*AUX_LAYERS, "final"), args.window)  # one target pass for both heads
+    H = targs.hidden_size
+    cols = {"eagle3": slice(0, len(AUX_LAYERS) * H), "mtp": slice(len(AUX_LAYERS) * H, (len(AUX_LAYERS) + 1) * H)}
     for kind in ("eagle3", "mtp"):
-        c = head_config(kind, targs, draft_vocab_size=args.draft_vocab, aux_layer_ids=AUX_LAYERS)  # type: ignore[arg-type]
+        c = head_config(kind, targs, draft_vocab_size=args.draft_vocab, aux_layer_ids=AUX_LAYERS,
+                        intermediate_size=args.intermediate)  # type: ignore[arg-type]
         head = new_head(c, target, d2t_ids if kind == "eagle3" else None, seed=args.seed)
-        data = windows(target, seqs, c.aux_layer_ids, args.window)
+        data = [(t, h[:, cols[kind]], y) for t, h, y in shared]
         curve = train(head, data, args, to_draft if kind == "eagle3" else None)
         out = save_head(head.eval(), targs, args.out / f"tiny-{kind}", target_model="tiny-target",
                         _name_or_path=f"specgauge/tiny-{kind}")

@@ -21,6 +21,8 @@ Everything is seeded and runs on CPU (the default flags fit in about 30 minutes 
    (``--eval-max-tokens``) is generated, then one teacher-forced draft pass over prompt+output gives
    the share of output positions where the draft's argmax equals the target's token (per-token
    acceptance alpha). Written to each model's ``README.md`` and ``training_figures.json``.
+6. **Heads** — ``scripts/train_tiny_heads.py`` then trains the EAGLE-3 and MTP heads on the new
+   target (``tiny-eagle3/``, ``tiny-mtp/``; a few minutes; ``--no-heads`` skips it).
 
 Weights are saved in bfloat16 (``save_pretrained``, safetensors); all reported figures are measured
 on the saved files, reloaded in float32.
@@ -143,6 +145,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-max-tokens", type=int, default=128, help="target greedy output length cap")
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--quick", action="store_true", help="tiny smoke run (minutes); do not ship its output")
+    p.add_argument("--no-heads", action="store_true",
+                   help="skip the hidden-state heads (scripts/train_tiny_heads.py; run after the target by default)")
     p.add_argument("--rewrite-readme", action="store_true",
                    help="only recompute the sample-fit figure and rewrite README.md in the existing --out dirs")
     p.add_argument("--refresh-tokenizer-files", action="store_true",
@@ -833,6 +837,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"--- sample [{s['segment']}] distinct {s['distinct']}\n{s['prompt_tail']!r}\n=> {s['output']!r}")
     print(f"[done] {time.time() - t_start:.0f}s; weights {dir_bytes(tdir) + dir_bytes(ddir):,} B")
     shutil.rmtree(work, ignore_errors=True)
+    if not args.no_heads:  # the EAGLE-3 and MTP heads read this target's hidden states: retrain them on it
+        import train_tiny_heads
+
+        figs["heads"] = train_tiny_heads.main(["--target", str(tdir), "--out", str(args.out), "--seed", str(args.seed),
+                                               "--threads", str(args.threads), *(["--quick"] if args.quick else [])])
     return figs
 
 

@@ -70,6 +70,7 @@ class HiddenStateDrafter:
     kind: ClassVar[str] = ""
     deterministic: ClassVar[bool] = True
     stateful: ClassVar[bool] = False
+    head_kind: ClassVar[str] = ""  # the head it loads, where it differs from ``kind``
 
     def __init__(
         self,
@@ -93,8 +94,9 @@ class HiddenStateDrafter:
         dt = torch_dtype(dtype)
         self.target = target_model if target_model is not None else load_model(resolve_target(self.model_dir, target), dt)
         self.head = load_head(self.model_dir, self.target, dt)
-        if self.head.c.kind != self.kind:
-            raise ValueError(f"{self.model_dir}: a {self.head.c.kind} head, but method {self.kind!r} was asked for")
+        want = self.head_kind or self.kind
+        if self.head.c.kind != want:
+            raise ValueError(f"{self.model_dir}: a {self.head.c.kind} head, but method {want!r} was asked for")
         self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
         self.max_len = max_model_len + num_speculative_tokens + 2
         self._dtype = dt
@@ -239,3 +241,41 @@ class Eagle3Drafter(HiddenStateDrafter):
     default (2, L // 2, L - 3) deduplicated) through ``fc``; draft vocabulary mapped by ``d2t``."""
 
     kind = "eagle3"
+
+
+def runs_from_matches(match: np.ndarray, kmax: int) -> np.ndarray:
+    """Per position j: how many of match[j], match[j+1], ... hold in a row, capped at ``kmax``."""
+    n = len(match)
+    runs = np.zeros(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    for s in range(kmax):
+        hit = np.zeros(n, dtype=bool)
+        hit[: n - s] = match[s:] if s else match
+        alive &= hit
+        runs += alive
+    return runs
+
+
+class _TeacherForced(HiddenStateDrafter):
+    """The optimistic figure training tools print, as a replayable method (``simulate --method
+    eagle3:DIR,eagle3_teacher_forced:DIR`` puts it beside the exact replay, per k): every draft
+    position reads the *target's* hidden state, as if the chain never fed the head its own. Offline
+    only: no server drafts this way."""
+
+    def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray:
+        return runs_from_matches(self.replay_arrays(prompt_ids, output_ids, 1)[1], kmax)
+
+    def propose_batch(self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]) -> list[list[int]]:
+        raise ValueError(f"{self.kind} is an offline figure (teacher forcing), not a method a server can run")
+
+
+@register_drafter("eagle3_teacher_forced")
+class Eagle3TeacherForced(_TeacherForced):
+    kind = "eagle3_teacher_forced"
+    head_kind = "eagle3"
+
+
+@register_drafter("mtp_teacher_forced")
+class MTPTeacherForced(_TeacherForced):
+    kind = "mtp_teacher_forced"
+    head_kind = "mtp"
