@@ -213,7 +213,7 @@ def test_body_size_and_inflight_caps(rec_pair: tuple[Recorder, Recorder], tmp_pa
         assert codes == [200, 503], codes
         busy = next(r for r in rs if r.status_code == 503)
         assert busy.headers.get("Retry-After") == "1" and assert_json_error(busy, 503)
-        assert cy.service.proxy is not None and cy.service.proxy.inflight_bytes == 0  # every reservation released
+        assert cy.service.proxy is not None and cy.service.proxy.gate.inflight_bytes == 0  # every reservation released
         ok = httpx.post(cy.base_url + "/v1/chat/completions", json=chat(), timeout=10)
         assert ok.status_code == 200
 

@@ -34,18 +34,17 @@ body ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import orjson
 from aiohttp import web
 
+from specgauge.canary.intake import BodyGate, error_response, split_credentials
 from specgauge.canary.observe import (
     Capture,
     Role,
@@ -68,26 +67,6 @@ ROUTED = ("/v1/chat/completions", "/v1/completions")
 #: bodies larger than this are parsed and hashed off the event loop
 OFFLOAD_BYTES = 1 << 20
 _log = logging.getLogger("specgauge.canary")
-
-
-def error_response(status: int, message: str, kind: str = "upstream_error", headers: dict[str, str] | None = None) -> web.Response:
-    """An answer the proxy writes itself, in the OpenAI / vLLM error shape."""
-    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": status}}, status=status,
-                             headers=headers)
-
-
-def split_credentials(url: str) -> tuple[str, str | None]:
-    """``http://u:pw@host:port/p`` -> (``http://host:port/p``, ``Basic base64(u:pw)``); no credentials: (url, None).
-    aiohttp refuses a request whose URL has credentials *and* an ``Authorization`` header."""
-    p = urlsplit(url)
-    if p.username is None and p.password is None:
-        return url, None
-    host = p.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{p.port}" if p.port is not None else "")
-    token = base64.b64encode(f"{unquote(p.username or '')}:{unquote(p.password or '')}".encode()).decode()
-    return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment)), f"Basic {token}"
 
 
 def client_error(status: int | None) -> bool:
@@ -210,10 +189,7 @@ class Proxy:
         self.timeout_s = timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
         self.stall_timeout_s = stall_timeout_s
-        self.body_timeout_s = body_timeout_s
-        self.max_body_bytes, self.max_inflight_bytes = max_body_bytes, max_inflight_bytes
-        self.inflight_bytes = 0  #: request bodies held right now (reserved while they arrive)
-        self.refused = 0  #: requests the proxy answered itself with a 4xx/5xx (bounds, not the upstreams)
+        self.gate = BodyGate(body_timeout_s, max_body_bytes, max_inflight_bytes)
         self.shadow_max_inflight = shadow_max_inflight
         self.tag_responses = tag_responses
         self._metrics_body = metrics_body
@@ -226,7 +202,7 @@ class Proxy:
 
     # -- app ------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body_bytes)
+        app = web.Application(client_max_size=self.gate.max_body_bytes)
         for path in ROUTED:
             app.router.add_post(path, self.completions)
         app.router.add_get("/health", self.health)
@@ -251,70 +227,14 @@ class Proxy:
             t.cancel()
 
     # -- routed requests --------------------------------------------------------------------------
-    # -- bounded body reads ------------------------------------------------------------------------
-    async def _read_body(self, request: web.Request) -> bytes | web.Response:
-        """The body, counted against ``max_body_bytes`` and the in-flight cap as it arrives, within
-        ``body_timeout_s``; else the answer to send (413 / 503 / 408). On success the body's bytes stay
-        reserved in ``inflight_bytes`` until ``_release``."""
-        declared = request.content_length
-        if declared is not None and declared > self.max_body_bytes:
-            return self._refuse(413, f"request body of {declared} bytes exceeds the proxy's limit of {self.max_body_bytes} "
-                                     "bytes", "invalid_request_error")
-        held = 0
-
-        def reserve(n: int) -> web.Response | None:
-            nonlocal held
-            if held + n > self.max_body_bytes:
-                return self._refuse(413, f"request body exceeds the proxy's limit of {self.max_body_bytes} bytes",
-                                    "invalid_request_error")
-            if self.inflight_bytes + n > self.max_inflight_bytes:
-                return self._refuse(503, f"the proxy holds {self.inflight_bytes} bytes of request bodies (limit "
-                                         f"{self.max_inflight_bytes}); retry shortly", "server_busy", {"Retry-After": "1"})
-            self.inflight_bytes += n
-            held += n
-            return None
-
-        refused = reserve(declared or 0)
-        if refused is not None:
-            return refused
-        parts: list[bytes] = []
-        got = 0
-        try:
-            async with asyncio.timeout(self.body_timeout_s):
-                while chunk := await request.content.read(1 << 16):
-                    got += len(chunk)
-                    if got > held and (refused := reserve(got - held)) is not None:
-                        self._release(held)
-                        return refused
-                    parts.append(chunk)
-        except TimeoutError:
-            self._release(held)
-            return self._refuse(408, f"the request body did not arrive within {self.body_timeout_s:g} s", "timeout")
-        except (aiohttp.ClientError, ConnectionError, OSError, ValueError) as e:  # a client gone, a malformed chunked body
-            self._release(held)
-            return self._refuse(400, f"could not read the request body ({type(e).__name__})", "invalid_request_error")
-        if got < held:
-            self._release(held - got)
-        return b"".join(parts)
-
-    def _release(self, n: int) -> None:
-        self.inflight_bytes -= n
-
-    def _refuse(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
-        self.refused += 1
-        resp = error_response(status, f"specgauge canary: {message}", kind, headers)
-        if status in (408, 413, 400):  # the rest of the body is not wanted: close rather than read it
-            resp.force_close()
-        return resp
-
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read_body(request)
+        body = await self.gate.read(request)
         if isinstance(body, web.Response):
             return body
         try:
             return await self._completions(request, body)
         finally:
-            self._release(len(body))
+            self.gate.release(len(body))
 
     async def _completions(self, request: web.Request, body: bytes) -> web.StreamResponse:
         seq = self._seq
@@ -570,13 +490,13 @@ class Proxy:
 
     # -- everything else: the baseline, untouched ---------------------------------------------------------
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read_body(request)
+        body = await self.gate.read(request)
         if isinstance(body, web.Response):
             return body
         try:
             return await self._passthrough(request, body)
         finally:
-            self._release(len(body))
+            self.gate.release(len(body))
 
     async def _passthrough(self, request: web.Request, body: bytes) -> web.StreamResponse:
         up = self.baseline
