@@ -29,39 +29,18 @@ from specgauge.workload import loaders
 from specgauge.workload.plan import plan_cycle
 from specgauge.workload.schema import Request
 from specgauge.workload.tokenizer import ApproxTokenizer
-
-V = 7
-
-
-def f(tok: int) -> int:
-    return (tok * 3 + 1) % V
+from tests.unit.test_simulate import V, ChainDrafter, f
 
 
 @register_drafter("test_whole_chain")
-class WholeChainDrafter:
-    """A greedy chain drafter (d0 = f(last), d1 = f(d0), ...) that also offers the whole-output replay:
-    ``accept_runs`` from its per-position argmax, as a draft model or a hidden-state head does."""
+class WholeChainDrafter(ChainDrafter):
+    """test_simulate's greedy chain drafter (d0 = f(last), d1 = f(d0), ...) that also offers the
+    whole-output replay: ``accept_runs`` from its per-position argmax, as a draft model or a
+    hidden-state head does."""
 
     kind = "test_whole_chain"
-    deterministic = True
     stateful = False
     passes = 0
-
-    def __init__(self, num_speculative_tokens: int = 4) -> None:
-        self.k = num_speculative_tokens
-
-    def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:
-        pass
-
-    def propose(self, request_id: str, history: Sequence[int], k: int) -> list[int]:
-        out, last = [], history[-1]
-        for _ in range(k):
-            last = f(last)
-            out.append(last)
-        return out
-
-    def end(self, request_id: str, output_ids: Sequence[int]) -> None:
-        pass
 
     def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray:
         WholeChainDrafter.passes += 1
