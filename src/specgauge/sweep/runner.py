@@ -157,8 +157,6 @@ def run_grid(
     ``warmup``: requests each cell sends first and never records (a fresh server's first requests
     pay its warm-up). ``on_cell`` is called after each cell's status is saved. ``clock``: seconds, for
     the time budget (a test passes its own)."""
-    from specgauge.bench import BenchConfig, run_bench
-
     if time_budget_s is not None and time_budget_s <= 0:
         raise SweepError("--time-budget must be positive")
     specs = _check_cells(cells)
@@ -172,87 +170,125 @@ def run_grid(
     m = _open_manifest(out_dir, settings, target, cells, resume, time_budget_s)
     m.save(out_dir)
     result = SweepResult(out_dir=out_dir, manifest=m)
-    t0 = clock()
+    grid = _Grid(out_dir, m, result, console, clock, time_budget_s)
+    bench = _CellBench(workload, num_prompts, seed, warmup, timeout, target, console)
     max_batch = max(c.concurrency for c in cells)
     wanted = {(c.label, c.concurrency) for c in cells}
-
-    def rel(text: str) -> str:  # messages name paths inside the sweep relative to it
-        for root in {str(out_dir.resolve()), str(out_dir)}:
-            text = text.replace(root + "/", "")
-        return text
-
-    def say(text: str) -> None:
-        if console is not None:
-            console.print(text, highlight=False, markup=False)
-
-    def budget_left() -> bool:
-        return time_budget_s is None or clock() - t0 < time_budget_s
-
-    def skip(recs: list[CellRun], why: str) -> None:
-        for r in recs:
-            r.status, r.skipped_reason = "skipped", why
-        m.save(out_dir)
-
-    def spent_reason() -> str:
-        assert time_budget_s is not None
-        return f"time budget of {_fmt_budget(time_budget_s)} spent before this cell ({clock() - t0:.0f} s elapsed)"
-
-    running: CellRun | None = None
     for label, spec in specs.items():
         todo = sorted((r for r in m.cells if r.label == label and r.key in wanted and not _finished(out_dir, r)),
                       key=lambda r: r.concurrency)
         if not todo:
-            say(f"{label}: every cell already done, skipped")
+            grid.say(f"{label}: every cell already done, skipped")
             continue
-        if not budget_left():
-            skip(todo, spent_reason())
+        if not grid.budget_left():
+            grid.skip(todo)
             continue
-        say(f"{label}: starting the server" if target.kind != "urls" else f"{label}: server {target.public()['urls'][label]}")
+        grid.say(f"{label}: starting the server" if target.kind != "urls" else f"{label}: server {target.public()['urls'][label]}")
         try:
             with open_server(target, label, spec, out_dir / dir_name(label) / "server.log", max_batch) as (url, log):
                 for rec in todo:
-                    if not budget_left():
-                        skip([rec], spent_reason())
+                    if not grid.budget_left():
+                        grid.skip([rec])
                         continue
-                    cdir = out_dir / rec.dir
-                    partial = (cdir / "results.jsonl").exists()
-                    rec.status, rec.started_at, rec.error, rec.skipped_reason = "running", time.time(), None, None
-                    rec.server_log = str(log.relative_to(out_dir)) if log is not None else None
-                    m.save(out_dir)
-                    running = rec
-                    say(f"{label} at concurrency {rec.concurrency}{' (resuming its bench run)' if partial else ''}")
-                    cfg = BenchConfig(base_url=url, workload=list(workload), output_dir=cdir, max_concurrency=rec.concurrency,
-                                      num_prompts=num_prompts, seed=seed, resume=partial, warmup=warmup, timeout=timeout,
-                                      progress=console is not None, api_key=target.api_key)
-                    try:
-                        res = run_bench(cfg, console=console)
-                    except UserError as e:
-                        if str(e).startswith("interrupted"):  # bench turns Ctrl-C into its own error: stop the sweep
-                            raise KeyboardInterrupt from None
-                        rec.status, rec.error = "failed", rel(_first_line(e))
-                    else:
-                        rec.status = "done"
-                        rec.requests = int(res.summary.get("completed", 0)) + int(res.summary.get("failed", 0))
-                        rec.failed = int(res.summary.get("failed", 0))
-                        result.ran.append(rec.key)
-                    rec.finished_at = time.time()
-                    rec.duration_s = rec.finished_at - (rec.started_at or rec.finished_at)
-                    running = None
-                    m.save(out_dir)
-                    if rec.status == "failed":
-                        say(f"  failed: {rec.error}")
+                    grid.run_cell(rec, label, url, log, bench)
                     if on_cell is not None:
                         on_cell(rec)
         except ServerStartError as e:
             for r in todo:
                 if r.status in ("pending", "running", "interrupted", "failed"):
-                    r.status, r.error = "failed", rel(_first_line(e))
+                    r.status, r.error = "failed", grid.rel(_first_line(e))
             m.save(out_dir)
-            say(f"{label}: {_first_line(e)}")
+            grid.say(f"{label}: {_first_line(e)}")
         except KeyboardInterrupt:
-            if running is not None:
-                running.status, running.error = "interrupted", "interrupted (Ctrl-C); rerun with --resume to continue it"
-                running.finished_at = time.time()
+            if grid.running is not None:
+                grid.running.status, grid.running.error = "interrupted", "interrupted (Ctrl-C); rerun with --resume to continue it"
+                grid.running.finished_at = time.time()
             m.save(out_dir)
             raise
     return result
+
+
+@dataclass
+class _CellBench:
+    """What every cell's bench run shares (its config but the server URL, the concurrency and the directory)."""
+
+    workload: Sequence[Path]
+    num_prompts: int | None
+    seed: int
+    warmup: int
+    timeout: float
+    target: ServerTarget
+    console: Any
+
+    def run(self, url: str, cdir: Path, concurrency: int, resume: bool) -> Any:
+        from specgauge.bench import BenchConfig, run_bench
+
+        cfg = BenchConfig(base_url=url, workload=list(self.workload), output_dir=cdir, max_concurrency=concurrency,
+                          num_prompts=self.num_prompts, seed=self.seed, resume=resume, warmup=self.warmup,
+                          timeout=self.timeout, progress=self.console is not None, api_key=self.target.api_key)
+        return run_bench(cfg, console=self.console)
+
+
+@dataclass
+class _Grid:
+    """One run of the grid: the manifest it keeps saved, its messages and its time budget."""
+
+    out_dir: Path
+    m: SweepManifest
+    result: SweepResult
+    console: Any
+    clock: Callable[[], float]
+    time_budget_s: float | None
+    running: CellRun | None = None  #: the cell being benched (Ctrl-C marks it interrupted)
+    t0: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.t0 = self.clock()
+
+    def rel(self, text: str) -> str:
+        """Messages name paths inside the sweep relative to it."""
+        for root in {str(self.out_dir.resolve()), str(self.out_dir)}:
+            text = text.replace(root + "/", "")
+        return text
+
+    def say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, highlight=False, markup=False)
+
+    def budget_left(self) -> bool:
+        return self.time_budget_s is None or self.clock() - self.t0 < self.time_budget_s
+
+    def skip(self, recs: list[CellRun]) -> None:
+        """Cells the time budget leaves out."""
+        assert self.time_budget_s is not None
+        why = f"time budget of {_fmt_budget(self.time_budget_s)} spent before this cell ({self.clock() - self.t0:.0f} s elapsed)"
+        for r in recs:
+            r.status, r.skipped_reason = "skipped", why
+        self.m.save(self.out_dir)
+
+    def run_cell(self, rec: CellRun, label: str, url: str, log: Path | None, bench: _CellBench) -> None:
+        """Bench one cell on its running server; its status is saved before and after."""
+        cdir = self.out_dir / rec.dir
+        partial = (cdir / "results.jsonl").exists()
+        rec.status, rec.started_at, rec.error, rec.skipped_reason = "running", time.time(), None, None
+        rec.server_log = str(log.relative_to(self.out_dir)) if log is not None else None
+        self.m.save(self.out_dir)
+        self.running = rec
+        self.say(f"{label} at concurrency {rec.concurrency}{' (resuming its bench run)' if partial else ''}")
+        try:
+            res = bench.run(url, cdir, rec.concurrency, partial)
+        except UserError as e:
+            if str(e).startswith("interrupted"):  # bench turns Ctrl-C into its own error: stop the sweep
+                raise KeyboardInterrupt from None
+            rec.status, rec.error = "failed", self.rel(_first_line(e))
+        else:
+            rec.status = "done"
+            rec.requests = int(res.summary.get("completed", 0)) + int(res.summary.get("failed", 0))
+            rec.failed = int(res.summary.get("failed", 0))
+            self.result.ran.append(rec.key)
+        rec.finished_at = time.time()
+        rec.duration_s = rec.finished_at - (rec.started_at or rec.finished_at)
+        self.running = None
+        self.m.save(self.out_dir)
+        if rec.status == "failed":
+            self.say(f"  failed: {rec.error}")
