@@ -110,3 +110,38 @@ def test_a_cut_open_end_widens_the_bounds_and_the_figures_keep_the_low_extreme()
     t2 = rep2.replay("a", prompt, [1, 2, 3], K, final_accepted=len(t.final_draft))
     assert t2.bounds is not None and t2.bounds.exact and int(t2.accepted.sum()) == hi
     assert np.array_equal(t2.drafted, t.drafted)
+
+
+def test_simulate_per_request_rows_pin_the_tail_with_the_servers_counts_in_the_log(tmp_path) -> None:
+    """``simulate --per-request`` on a log of vLLM responses that carry ``metrics.speculative_decoding``:
+    the rows' bounds hold the server's counts (sound with the final-step count), ``exact`` only where
+    they coincide; the same log without the counters gives the extremes' narrower, unpinned bounds."""
+    import json
+
+    from specgauge.api import resolve_tokenizer
+    from specgauge.simulate.run import SimulateConfig, simulate
+
+    for seed, counters in [(s, True) for s in range(20, 28)] + [(21, False)]:  # without the hint: 27 outside
+        reqs = _workload(seed, 14, cut=True)
+        served = _server(reqs)
+        log = tmp_path / f"log-{seed}-{counters}.jsonl"
+        with open(log, "w", encoding="utf-8") as f:
+            for i, ((prompt, _, mt), (out, _, fin)) in enumerate(zip(reqs, served, strict=True)):
+                resp: dict = {"choices": [{"index": 0, "text": "", "token_ids": out, "finish_reason": "length"}],
+                              "prompt_token_ids": prompt}
+                if counters and fin is not None:
+                    resp["metrics"] = {"speculative_decoding": {"per_step_accepted": [fin], "per_step_drafted": [K]}}
+                f.write(json.dumps({"request": {"id": f"q{i}", "prompt": prompt, "max_tokens": mt, "temperature": 0},
+                                    "response": resp}) + "\n")
+        rows_path = tmp_path / f"rows-{seed}-{counters}.jsonl"
+        simulate(SimulateConfig(workload=[log], methods=["suffix"], ks=[K], per_request_out=rows_path),
+                 resolve_tokenizer(None))
+        rows = [json.loads(line) for line in rows_path.read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == len(reqs)
+        for row, (_, live, _) in zip(rows, served, strict=True):
+            b = row["bounds"]
+            assert row["exact"] == all(lo == hi for lo, hi in b.values())
+            if counters:
+                assert all(lo <= x <= hi for x, (lo, hi) in zip(live, (b["drafts"], b["draft_tokens"], b["accepted_tokens"])))
+                if row["exact"]:
+                    assert (row["drafts"], row["draft_tokens"], row["accepted_tokens"]) == live
