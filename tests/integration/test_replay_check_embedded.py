@@ -66,3 +66,25 @@ def test_embedded_engine_has_no_gap_and_no_changed_output_at_concurrency_4(tmp_p
     assert res.diagnosis is not None and res.diagnosis.failed == []
     assert res.diagnosis.cause.startswith("no failure found")
     print(res.diagnosis.cause)
+
+
+def test_embedded_suffix_check_is_exact_at_concurrency_4_with_a_warm_up(tmp_path: Path) -> None:
+    """Suffix decoding's shared cache on the real embedded server over HTTP: bench keeps the warm-up's
+    token ids and the server reports each request's place in its schedule, so the check replays the cache
+    in the engine's own order and every row matches, overlapping requests too (before: overlapping rows
+    were all 'uncertain', and the warm-up was missing from the replay's cache)."""
+    if not available():
+        pytest.skip(f"shipped tiny models missing at {target_dir()}")
+    w = mixed_workload(tmp_path / "w.jsonl")
+    spec = {"method": "suffix", "num_speculative_tokens": 4}
+    with embedded_server(target_dir(), tmp_path / "suffix.log", spec, max_batch=4) as srv:
+        run_bench(BenchConfig(base_url=srv.base_url, workload=[w], output_dir=tmp_path / "suffix", max_concurrency=4,
+                              warmup=1, progress=False))
+    summary = json.loads((tmp_path / "suffix" / "summary.json").read_text())
+    rc = summary["specgauge"]["replay_check"]
+    assert (rc["method"], rc["requests"]) == ("suffix", N) and rc["server"]["accepted_tokens"] > 0
+    assert (rc["matching"], rc["gaps"], rc["uncertain"]) == (N, 0, 0), rc["rows"]
+    assert any("own call order" in n for n in rc["notes"])
+    assert summary["max_concurrent_requests"] > 1
+    run = json.loads((tmp_path / "suffix" / "run.json").read_text())
+    assert [w["id"] for w in run["warmups"]] == ["warmup-0"] and run["warmups"][0]["output_token_ids"]
