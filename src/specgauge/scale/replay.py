@@ -36,6 +36,7 @@ from specgauge.scale import ScaleError, require_ray
 from specgauge.scale.cluster import AUTO, connect, data_context, disconnect
 from specgauge.simulate.replay import RequestAcceptance
 from specgauge.drafters.base import is_stateful, offers_whole_output
+from specgauge.offline.replay import EMPTY_OUTPUT, NO_RESPONSE
 from specgauge.simulate.run import (
     ReplayTally,
     SimulateConfig,
@@ -186,30 +187,7 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
     # speed-up 1.72x -> 1.79x)
     want = max(max(1, int(cpus)) * 2, 16)
     groups = rcfg.stream_groups or (max(1, -(-want // max(1, len(ordered) * len(cfg.ks)))) if cfg.partition_by else 1)
-    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []  # (args, kwargs) of each stream task, "result" ones first
-    checks_at = 0
-    window: tuple[int, int] | None = None
-    if ordered:
-        plan: list[tuple[int, int | None, int]] = [(0, None, 0)]
-        kw: dict[str, Any] = {}
-        if rcfg.split_streams > 1:
-            ranges = ray.get([ray.remote(num_cpus=0)(T.seq_range).remote(b) for b in blocks])
-            item_seqs = [s for _, _, items in ranges for s in items]
-            n = len(item_seqs)
-            cuts = [item_seqs[(j * n) // rcfg.split_streams] for j in range(1, rcfg.split_streams) if (j * n) // rcfg.split_streams < n]
-            bounds = [0, *cuts, None]
-            plan = [(lo, hi, lo) for lo, hi in itertools.pairwise(bounds)]
-            kw["block_ranges"] = [(lo, hi) for lo, hi, _ in ranges]
-            if cuts:
-                c_idx = item_seqs.index(cuts[0])
-                end = item_seqs[c_idx + rcfg.split_check_requests] if c_idx + rcfg.split_check_requests < n else None
-                window = (cuts[0], end if end is not None else 1 << 62)
-        streams = [(midx, k, g) for midx in ordered for k in cfg.ks for g in range(groups)]
-        calls = [((blocks, cfg_json, midx, k, g, groups, lo, hi, emit, "result"), kw)
-                 for midx, k, g in streams for lo, hi, emit in plan]
-        checks_at = len(calls)
-        if window is not None:
-            calls += [((blocks, cfg_json, midx, k, g, groups, 0, window[1], window[0], "check"), kw) for midx, k, g in streams]
+    calls, checks_at, window = _stream_calls(blocks, cfg_json, ordered, cfg.ks, groups, rcfg) if ordered else ([], 0, None)
     # Order of the two stages. Stream tasks are coarse (a whole stream each), per-request tasks fine
     # (a block each). When the stream tasks alone can fill every CPU, the per-request stage runs
     # first, spread over the whole cluster, and the stream tasks follow with every CPU to themselves:
@@ -237,51 +215,8 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
         rows_ds = rows_ds.materialize()  # per-request rows on the CPUs the stream tasks leave
 
     tally = ReplayTally(cfg, labels, tok)
-    split_rows: dict[tuple[int, int, int], dict[str, Any]] = {}
-    limit = cfg.load.limit
-    seen: dict[str, str] = {}
-    merged = heapq.merge(_rows(rows_ds.iter_batches(batch_format="pyarrow", batch_size=None)),
-                         *(_generator_rows(g) for g in gens), key=_key)
     try:
-        for seq, group in itertools.groupby(merged, key=lambda r: r["seq"]):
-            rows = list(group)
-            head = rows[0]
-            if head["midx"] != T.HEADER:
-                raise RuntimeError(f"replay rows for seq {seq} came without their record")
-            kind = head["kind"]
-            if kind == "error":
-                raise T.rebuild_error(head)
-            if kind == "skip":
-                tally.report.add_error(WorkloadError(head["source"], head["err_msg"], head["err_field"] or None))
-                continue
-            prev = seen.get(head["id"])
-            if prev is not None:
-                err = WorkloadError(head["source"], f"duplicate request id (first seen at {prev})", "id")
-                if not cfg.load.skip_invalid:
-                    raise err
-                tally.report.add_error(err)
-                continue
-            seen[head["id"]] = head["source"]
-            tally.report.items += 1
-            if kind == "noresp":
-                tally.skip("no logged response")
-            elif kind == "empty":
-                tally.skip("empty logged output")
-            elif kind == "idserror":
-                raise T.rebuild_error(head)
-            else:
-                tally.begin_request(head["exact"], T.match_value(head["match"]))
-                for r in rows[1:]:
-                    if r["role"] == "error":
-                        raise T.rebuild_error(r)
-                    tally.add(RequestAcceptance.model_validate_json(r["ra"]))
-                    if window is not None and window[0] <= seq < window[1] and r["midx"] in ordered:
-                        split_rows[(seq, r["midx"], r["k"])] = r
-                n = tally.end_request()
-                if on_request is not None:
-                    on_request(n)
-            if limit is not None and tally.report.items >= limit:
-                break
+        split_rows = _merge(tally, rows_ds, gens, cfg, window, ordered, on_request)
     except BaseException:
         _cancel(gens + checks)
         raise
@@ -296,6 +231,16 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
         tally.notes.append(stream_note(cfg.partition_by, specs))
     report = RayReplayReport(cluster=cluster, files=len(files), record_blocks=len(blocks), per_request_stage=stage,
                              stream_tasks=len(gens), split_streams=rcfg.split_streams)
+    _explain(report, tally, cfg, rcfg, labels, ordered, checks, split_rows, window)
+    result = tally.result()  # ``exact`` keeps its meaning (token ids, not text); a split says APPROXIMATE in its notes
+    report.seconds = time.perf_counter() - t0
+    return result, report
+
+
+def _explain(report: RayReplayReport, tally: ReplayTally, cfg: SimulateConfig, rcfg: RayReplayConfig, labels: list[str],
+             ordered: list[int], checks: list[Any], split_rows: dict[tuple[int, int, int], dict[str, Any]],
+             window: tuple[int, int] | None) -> None:
+    """How the streams were replayed, in the report and the result's notes: a split's measured error, or exact."""
     if window is not None:
         report.split_errors = _split_errors(checks, split_rows, labels)
         for e in report.split_errors:
@@ -308,10 +253,92 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
     elif ordered:
         what = f"each value of {cfg.partition_by}" if cfg.partition_by else "the whole log (one cache)"
         report.notes.append(f"{', '.join(labels[i] for i in ordered)}: replayed exactly, {what} in arrival order on one "
-                            f"worker per k ({len(gens)} tasks)")
-    result = tally.result()  # ``exact`` keeps its meaning (token ids, not text); a split says APPROXIMATE in its notes
-    report.seconds = time.perf_counter() - t0
-    return result, report
+                            f"worker per k ({report.stream_tasks} tasks)")
+
+
+def _merge(tally: ReplayTally, rows_ds: Any, gens: list[Any], cfg: SimulateConfig, window: tuple[int, int] | None,
+           ordered: list[int], on_request: Callable[[int], None] | None) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """Feed the per-request rows and the stream tasks' rows, merged in (workload order, method, k), to
+    ``tally`` with the single-process run's duplicate-id, limit and skip rules; returns the rows of the
+    split-check window (stream-ordered methods), keyed (seq, method index, k)."""
+    from specgauge.scale import replay_tasks as T
+
+    split_rows: dict[tuple[int, int, int], dict[str, Any]] = {}
+    limit = cfg.load.limit
+    seen: dict[str, str] = {}
+    merged = heapq.merge(_rows(rows_ds.iter_batches(batch_format="pyarrow", batch_size=None)),
+                         *(_generator_rows(g) for g in gens), key=_key)
+    for seq, group in itertools.groupby(merged, key=lambda r: r["seq"]):
+        rows = list(group)
+        head = rows[0]
+        if head["midx"] != T.HEADER:
+            raise RuntimeError(f"replay rows for seq {seq} came without their record")
+        kind = head["kind"]
+        if kind == "error":
+            raise T.rebuild_error(head)
+        if kind == "skip":
+            tally.report.add_error(WorkloadError(head["source"], head["err_msg"], head["err_field"] or None))
+            continue
+        prev = seen.get(head["id"])
+        if prev is not None:
+            err = WorkloadError(head["source"], f"duplicate request id (first seen at {prev})", "id")
+            if not cfg.load.skip_invalid:
+                raise err
+            tally.report.add_error(err)
+            continue
+        seen[head["id"]] = head["source"]
+        tally.report.items += 1
+        if kind == "noresp":
+            tally.skip(NO_RESPONSE)
+        elif kind == "empty":
+            tally.skip(EMPTY_OUTPUT)
+        elif kind == "idserror":
+            raise T.rebuild_error(head)
+        else:
+            tally.begin_request(head["exact"], T.match_value(head["match"]))
+            for r in rows[1:]:
+                if r["role"] == "error":
+                    raise T.rebuild_error(r)
+                tally.add(RequestAcceptance.model_validate_json(r["ra"]))
+                if window is not None and window[0] <= seq < window[1] and r["midx"] in ordered:
+                    split_rows[(seq, r["midx"], r["k"])] = r
+            n = tally.end_request()
+            if on_request is not None:
+                on_request(n)
+        if limit is not None and tally.report.items >= limit:
+            break
+    return split_rows
+
+
+def _stream_calls(blocks: list[Any], cfg_json: str, ordered: list[int], ks: list[int], groups: int,
+                  rcfg: RayReplayConfig) -> tuple[list[tuple[tuple[Any, ...], dict[str, Any]]], int, tuple[int, int] | None]:
+    """The stream tasks of the stream-ordered methods: (args, kwargs) of each, the "result" ones first,
+    where the "check" ones start, and the window a split is measured on (None: not split)."""
+    ray = require_ray()
+    from specgauge.scale import replay_tasks as T
+
+    window: tuple[int, int] | None = None
+    plan: list[tuple[int, int | None, int]] = [(0, None, 0)]
+    kw: dict[str, Any] = {}
+    if rcfg.split_streams > 1:
+        ranges = ray.get([ray.remote(num_cpus=0)(T.seq_range).remote(b) for b in blocks])
+        item_seqs = [s for _, _, items in ranges for s in items]
+        n = len(item_seqs)
+        cuts = [item_seqs[(j * n) // rcfg.split_streams] for j in range(1, rcfg.split_streams) if (j * n) // rcfg.split_streams < n]
+        bounds = [0, *cuts, None]
+        plan = [(lo, hi, lo) for lo, hi in itertools.pairwise(bounds)]
+        kw["block_ranges"] = [(lo, hi) for lo, hi, _ in ranges]
+        if cuts:
+            c_idx = item_seqs.index(cuts[0])
+            end = item_seqs[c_idx + rcfg.split_check_requests] if c_idx + rcfg.split_check_requests < n else None
+            window = (cuts[0], end if end is not None else 1 << 62)
+    streams = [(midx, k, g) for midx in ordered for k in ks for g in range(groups)]
+    calls = [((blocks, cfg_json, midx, k, g, groups, lo, hi, emit, "result"), kw)
+             for midx, k, g in streams for lo, hi, emit in plan]
+    checks_at = len(calls)
+    if window is not None:
+        calls += [((blocks, cfg_json, midx, k, g, groups, 0, window[1], window[0], "check"), kw) for midx, k, g in streams]
+    return calls, checks_at, window
 
 
 def _cancel(gens: list[Any]) -> None:
