@@ -25,7 +25,8 @@ agree to float rounding; an argmax near-tie could in principle flip. Not modelle
 drafting (vLLM's ``draft_sample_method="probabilistic"``; its default is greedy), tree drafting.
 
 ``teacher_forced_matches`` is what training tools print (every draft position fed the *target's*
-hidden state): optimistic past the first position, reported beside the replay, never instead of it.
+hidden state): equal at draft 1, usually optimistic past it (not a bound: a head trained on its own
+states can do better on them), reported beside the replay, never instead of it.
 """
 
 from __future__ import annotations
