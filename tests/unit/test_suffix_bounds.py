@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from specgauge.drafters.suffix import SuffixDrafter
@@ -69,6 +69,7 @@ def _inside(row: RequestAcceptance, live: tuple[int, int, int]) -> bool:
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000))
+@example(seed=161)  # an uncertain request's final step (so the tail it taught the cache) could differ
 def test_every_request_lies_inside_its_bounds_and_exact_rows_equal_the_server(seed: int) -> None:
     """With the server's final-step counts (vLLM's ``per_step_accepted[-1]``) the bounds are sound: only
     the bonus tokens are unknown, and the steps that could depend on them are bounded. (Without the

@@ -81,6 +81,28 @@ def replay_path(pos: Positions, n_out: int) -> tuple[list[int], list[int], list[
     return drafted, accepted, draft, first
 
 
+def final_step_known(pos: Positions, n_out: int, start: int) -> bool:
+    """Whether every path a server could take from ``start`` makes its final step at the same, certain
+    position (then the tokens it learned past the output's end are the replay's); else they are unknown."""
+    seen, todo, finals = {start}, [start], set()
+    while todo:
+        p = todo.pop()
+        rest = n_out - p
+        if pos.certain[p]:
+            nexts = [p + min(pos.matched[p] + 1, rest)]
+        else:
+            nexts = [p + min(a + 1, rest) for a in range(0, min(pos.cap[p], rest) + 1)]
+        for q in nexts:
+            if q >= n_out:
+                finals.add(p)
+            elif q not in seen:
+                seen.add(q)
+                todo.append(q)
+        if len(finals) > 1:
+            return False
+    return len(finals) == 1 and all(pos.certain[p] for p in finals)
+
+
 _INF = math.inf
 
 

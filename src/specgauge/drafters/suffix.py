@@ -312,6 +312,12 @@ class SuffixDrafter:
                             cache_unknown=self._cache_unknown())
         if self._world is not None and self._unpinned_tails == 0 and len(tokens) - prompt_len > 1:
             trace.positions, trace.pinned_final = positions, final_accepted
+            if first_uncertain is not None and checked:
+                from specgauge.drafters._suffix_positions import final_step_known
+
+                start = 1 + sum(accepted[:first_uncertain]) + first_uncertain
+                if not final_step_known(positions, len(tokens) - prompt_len, start):
+                    self._tails_sound = False  # the server's final step, so what it learned past the end, is unknown
         self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
         self._finish(request_id, req, tokens[prompt_len:] + trace.tail_learned, trace.tail_unknown)
         return trace
