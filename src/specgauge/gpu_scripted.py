@@ -26,7 +26,8 @@ from specgauge.calibrate import CalibrateConfig, measure_cell, plan_calibration,
 from specgauge.predict import CellSpec, predict_cells
 from specgauge.predict.gpu_curve import GpuServerCosts
 from specgauge.predict.replay import WorkloadReplay
-from specgauge.predict.scripted_server import ServerProcess, Traces, replay_traces
+from specgauge.predict.scripted_server import Traces, replay_traces
+from specgauge.predict.server_process import ServerProcess
 from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.analysis import crossover
 from specgauge.sweep.grid import config_label, grid_method

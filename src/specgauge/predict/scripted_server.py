@@ -20,7 +20,8 @@ the step deadlines; the CPU-shaped server keeps drafting live, and its tests che
 Raw asyncio sockets (as ``specgauge.loadgen.fakeserver``). In a thread: ``with ScriptedServer(...) as
 srv: srv.base_url``; as a process: ``python -m specgauge.predict.scripted_server --workload W --law
 JSON [--speculative-config JSON] --port P``, or several configs in one process (``--config LABEL=JSON``
-repeated; it prints their URLs) — out of the client's process, its steps do not wait on the client's GIL.
+repeated; it prints their URLs; ``predict.server_process.ServerProcess`` starts that) — out of the
+client's process, its steps do not wait on the client's GIL.
 """
 
 from __future__ import annotations
@@ -404,57 +405,6 @@ class ScriptedServer:
                 "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
             ] + [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lb},position="{i}"}} {v}' for i, v in enumerate(self.per_pos)]
         return "\n".join(out) + "\n"
-
-
-class ServerProcess:
-    """Scripted servers (one per config, each on its own port) in a process of their own, so that their
-    steps never wait for the caller's GIL: ``with ServerProcess(...) as sp: sp.urls`` ({label: URL})."""
-
-    def __init__(self, workload: Sequence[Path], configs: dict[str, dict[str, Any] | None], *,
-                 law: dict[str, float] | None = None, gpu_curve: Path | None = None, gpu_costs: Any = None,
-                 traces: dict[str, Traces] | None = None, work_dir: Path | None = None) -> None:
-        import subprocess
-        import sys
-        import tempfile
-
-        args = [sys.executable, "-m", "specgauge.predict.scripted_server", "--law", json.dumps(law or {})]
-        for w in workload:
-            args += ["--workload", str(w)]
-        if gpu_curve is not None:
-            args += ["--gpu-curve", str(gpu_curve)]
-        if gpu_costs is not None:
-            args += ["--gpu-costs", gpu_costs.model_dump_json() if hasattr(gpu_costs, "model_dump_json") else json.dumps(gpu_costs)]
-        if traces:
-            d = Path(work_dir or tempfile.mkdtemp(prefix="specgauge-traces-"))
-            d.mkdir(parents=True, exist_ok=True)
-            tf = d / "traces.json"
-            tf.write_text(json.dumps(traces), encoding="utf-8")
-            args += ["--traces", str(tf)]
-        for label, spec in configs.items():
-            args += ["--config", f"{label}={json.dumps(spec) if spec else 'off'}"]
-        self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            self.close()
-            raise RuntimeError("the scripted servers did not start")
-        self.urls: dict[str, str] = json.loads(line)
-
-    def close(self) -> None:
-        import subprocess
-
-        if self._proc.stdin is not None and not self._proc.stdin.closed:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
