@@ -60,7 +60,7 @@ def run_gpu_check(out: Path, *, curve: Path = CURVE, scale: float = 2.0, num_pro
                   calibrate_prompts: int = 8, methods: tuple[str, ...] = ("ngram", "suffix", "draft_model"),
                   validate: dict[str, int] | None = None, concurrencies: tuple[int, ...] = (8, 32, 64),
                   predict_k: int = 8, costs: GpuServerCosts | None = None, bootstrap: int = 100,
-                  straight_line: bool = False, log: Any = print) -> dict[str, Any]:
+                  straight_line: bool = False, margin: float = MARGIN, log: Any = print) -> dict[str, Any]:
     """The whole check (see the module docstring); returns the profile, the cells and the crossovers."""
     from specgauge.models import draft_dir
 
@@ -129,8 +129,8 @@ def run_gpu_check(out: Path, *, curve: Path = CURVE, scale: float = 2.0, num_pro
     xo = {}
     for label in dict.fromkeys(r["label"] for r in rows):
         mine = [r for r in rows if r["label"] == label]
-        pr = crossover(label, [(r["concurrency"], r["predicted"], r["predicted_low"], r["predicted_high"]) for r in mine], MARGIN)
-        me = crossover(label, [(r["concurrency"], r["measured"], r["measured_low"], r["measured_high"]) for r in mine], MARGIN)
+        pr = crossover(label, [(r["concurrency"], r["predicted"], r["predicted_low"], r["predicted_high"]) for r in mine], margin)
+        me = crossover(label, [(r["concurrency"], r["measured"], r["measured_low"], r["measured_high"]) for r in mine], margin)
         xo[label] = {"predicted": pr.model_dump(mode="json"), "measured": me.model_dump(mode="json"),
                      "equal": (pr.status, pr.between) == (me.status, me.between)}
     from specgauge.recommend import recommend
@@ -139,10 +139,13 @@ def run_gpu_check(out: Path, *, curve: Path = CURVE, scale: float = 2.0, num_pro
     opts, notes = options_from_predictions(preds)
     for o in opts:
         o.speculative_config = vcfg.get(o.label)
-    rec = recommend(opts, sorted(concurrencies), source="prediction", source_name="cost_profile.json", notes=notes)
+    from specgauge.recommend import RecommendSettings
+
+    rec = recommend(opts, sorted(concurrencies), source="prediction", source_name="cost_profile.json", notes=notes,
+                    settings=RecommendSettings(min_speedup=margin))
     from specgauge.recommend.curves import speedup_curves
 
     curves = speedup_curves(preds, {(r["label"], r["concurrency"]): (r["measured"], r["measured_low"], r["measured_high"])
-                                    for r in rows}, MARGIN, rec.schedule)
+                                    for r in rows}, margin, rec.schedule)
     return {"curves": curves, "profile": prof, "calibration_checks": [c.model_dump() for c in cal.checks], "cells": rows, "crossovers": xo,
             "recommendation": rec, "timings": timings, "predictions": preds}

@@ -10,7 +10,7 @@ drafter is too slow for 64 requests per step); the CPU-shaped tests check live =
 Calibrated as a user would (``predict_concurrency`` 1-64, largest k 8: ``calibrate.plan_calibration``),
 the law must find the knee and the suffix proposer's host time, predict configs it never ran (other
 k) at concurrency 8 and 64 within 5 % of what bench + compare measure, and find each config's
-crossover where the sweep finds it. Timing is deterministic up to the host's scheduling jitter: the
+crossover (margin 1.08×) where the sweep finds it. Timing is deterministic up to the host's scheduling jitter: the
 server sleeps on absolute deadlines, and the test asserts on speedups, never on wall-clock times.
 """
 
@@ -44,8 +44,10 @@ def _vllm_validator() -> object | None:
 
 
 def test_law_with_a_knee_predicts_the_gpu_shaped_server_and_its_crossovers(tmp_path: Path) -> None:
+    # margin 1.08×: no cell's speedup lies within 3 % of it (a crossover read off estimates is as sharp as
+    # its margin: at 1.05× suffix k=2 at 64, ~1.05×, would decide it by its 1 % error)
     res = run_gpu_check(tmp_path, scale=2.0, num_prompts=128, max_tokens=32, concurrencies=(8, 64), bootstrap=30,
-                        log=lambda *a: print(*a))
+                        margin=1.08, log=lambda *a: print(*a))
     prof = res["profile"]
     assert prof.params.get("knee") is not None and prof.params["b2"] > 0, prof.notes
     assert 100 <= prof.params["knee"] <= 400, prof.params  # the curve bends between 128 and 256 tokens
