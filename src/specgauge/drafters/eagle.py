@@ -98,6 +98,7 @@ class HiddenStateDrafter:
         want = self.head_kind or self.kind
         if self.head.c.kind != want:
             raise ValueError(f"{self.model_dir}: a {self.head.c.kind} head, but method {want!r} was asked for")
+        self.model = self.head  # what the engine's memory report counts (shared embeddings are buffers, not counted)
         self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
         self.max_len = max_model_len + num_speculative_tokens + 2
         self._dtype = dt
