@@ -115,3 +115,23 @@ def test_bad_heads_are_clear_errors(head_dir: Path, target_dir: Path, tmp_path: 
     wrong = "mtp" if "eagle3" in head_dir.name else "eagle3"
     with pytest.raises(ValueError, match=f"method '{wrong}' was asked for"):
         make_drafter(wrong, model=str(head_dir), target=str(target_dir))
+
+
+def test_teacher_forced_kind_replays_the_optimistic_figure(head_dir: Path, target_dir: Path) -> None:
+    from specgauge.drafters.base import trace_from_matches
+    from specgauge.drafters.eagle import runs_from_matches
+
+    kind = "eagle3" if "eagle3" in head_dir.name else "mtp"
+    tf = make_drafter(f"{kind}_teacher_forced", model=str(head_dir), target=str(target_dir))
+    d = make_drafter(kind, model=str(head_dir), target=str(target_dir))
+    rng = np.random.default_rng(7)
+    prompt, out = rng.integers(0, V, 6).tolist(), rng.integers(0, V, 30).tolist()
+    m = d.teacher_forced_matches(prompt, out)
+    for k in (1, 2, 4):
+        a, b = trace_from_runs(tf.accept_runs(prompt, out, k), k), trace_from_matches(m, k)
+        assert a.accepted.tolist() == b.accepted.tolist() and a.drafted.tolist() == b.drafted.tolist()
+    mm = rng.random(50) < 0.7
+    for k in (1, 3):
+        assert trace_from_runs(runs_from_matches(mm, k), k).accepted.tolist() == trace_from_matches(mm, k).accepted.tolist()
+    with pytest.raises(ValueError, match="offline figure"):
+        tf.propose_batch(["r"], [prompt], [2])
