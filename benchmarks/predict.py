@@ -1,9 +1,9 @@
 """Calibrated prediction vs measurement: calibrate on a few cells, predict cells it never saw, measure them.
 
 1. ``specgauge calibrate`` (library): no speculation + one config per method (ngram k=4, suffix k=4,
-   draft model k=2) at concurrency {1, 4}, on the embedded engine (default) or ``--server-cmd``;
+   draft model k=2, EAGLE-3 k=2 with the shipped tiny head) at concurrency {1, 4}, on the embedded engine (default) or ``--server-cmd``;
    measured paired as the validation below (``CalibrateConfig.paired_repeats``) unless ``--unpaired``.
-2. Validation cells: ngram k=2, 8; suffix k=2, 8; draft model k=1, 3 at concurrency {1, 2, 4, 8}, the
+2. Validation cells: ngram k=2, 8; suffix k=2, 8; draft model and EAGLE-3 k=1, 3 at concurrency {1, 2, 4, 8}, the
    calibration configs at {2, 8}. Measured *paired* (default): a baseline server stays up for the
    whole validation beside one candidate server at a time (concurrencies ascending), and every cell
    runs ``--repeats`` times, each a baseline run and a candidate run back to back, in alternating
@@ -70,6 +70,15 @@ def cut_workload(src: Path, dst: Path, max_tokens: int) -> Path:
     return dst
 
 
+HEAD_METHODS = ("eagle3", "mtp")
+
+
+def _shipped_head(method: str) -> Path:
+    from specgauge.models import eagle3_dir, mtp_dir
+
+    return eagle3_dir() if method == "eagle3" else mtp_dir()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: 8 prompts of at most 48 tokens per cell, bootstrap 50")
@@ -78,7 +87,9 @@ def main() -> None:
     ap.add_argument("--server-cmd", default=None, help="command template with {port} and {spec} (default: embedded engine)")
     ap.add_argument("--model", default=None, help="{model} of --server-cmd, or the embedded target directory")
     ap.add_argument("--draft-model", default=None, help="draft model directory (default: the shipped tiny draft)")
-    ap.add_argument("--methods", default="ngram,suffix,draft_model")
+    ap.add_argument("--methods", default="ngram,suffix,draft_model,eagle3",
+                    help="eagle3 / mtp: the shipped tiny heads on the embedded engine (--head-dir for another)")
+    ap.add_argument("--head-dir", default=None, help="EAGLE-3 / MTP head directory (default: the shipped tiny head)")
     ap.add_argument("--calibrate-concurrency", default="1,4")
     ap.add_argument("--concurrency", default="1,2,4,8", help="concurrencies of the unseen configs")
     ap.add_argument("--calibration-configs-at", default="2,8", help="concurrencies at which the calibration configs are re-measured")
@@ -119,13 +130,20 @@ def main() -> None:
 
         draft = str(draft_dir())
     methods = [m for m in a.methods.split(",") if m]
-    cal_methods = [f"draft_model:{draft}" if m == "draft_model" else m for m in methods]
+    if a.server_cmd and a.head_dir is None:
+        methods = [m for m in methods if m not in HEAD_METHODS]  # a server's head is its own: --head-dir
+    heads = {m: a.head_dir or str(_shipped_head(m)) for m in methods if m in HEAD_METHODS}
+
+    def method_text(m: str) -> str:
+        return f"draft_model:{draft}" if m == "draft_model" else f"{m}:{heads[m]}" if m in heads else m
+
+    cal_methods = [method_text(m) for m in methods]
     if "draft_model" in methods and not draft:
         raise SystemExit("--draft-model DIR is needed for a draft model on --server-cmd")
     t0 = time.monotonic()
     print(f"== calibrate: off + {', '.join(methods)} at concurrency {a.calibrate_concurrency}, {n} prompts per cell")
     cal = run_calibration(CalibrateConfig(workload=workload, out_dir=a.out / "calibration", methods=cal_methods,
-                                          ks={"ngram": 4, "suffix": 4, "draft_model": ints(a.calibrate_draft_k)},
+                                          ks={"ngram": 4, "suffix": 4, **{m: ints(a.calibrate_draft_k) for m in ("draft_model", *heads)}},
                                           concurrencies=ints(a.calibrate_concurrency), num_prompts=n, bootstrap=boot,
                                           target=target, resume=a.resume, paired_repeats=0 if a.unpaired else a.repeats))
     prof = cal.profile
@@ -139,10 +157,11 @@ def main() -> None:
     conc = ints(a.concurrency)
     cal_at = ints(a.calibration_configs_at)
     configs: list[tuple[str, dict[str, Any] | None, list[int]]] = [("off", None, sorted(set(conc) | set(cal_at)))]
-    ks = {"ngram": ints(a.validate_k), "suffix": ints(a.validate_k), "draft_model": ints(a.validate_draft_k)}
-    cal_k = {"ngram": 4, "suffix": 4, "draft_model": ints(a.calibrate_draft_k)[0]}
+    ks = {"ngram": ints(a.validate_k), "suffix": ints(a.validate_k),
+          **{m: ints(a.validate_draft_k) for m in ("draft_model", *heads)}}
+    cal_k = {"ngram": 4, "suffix": 4, **{m: ints(a.calibrate_draft_k)[0] for m in ("draft_model", *heads)}}
     for m in methods:
-        text = f"draft_model:{draft}" if m == "draft_model" else m
+        text = method_text(m)
         for k in ks.get(m, []):
             s = grid_method(text, k)
             configs.append((config_label(s), s, conc))
@@ -151,7 +170,7 @@ def main() -> None:
     for label, spec, cs in configs:
         cells += [CellSpec(label=label, speculative_config=spec, concurrency=c) for c in sorted(cs)]
     spec_cells = [c for c in cells if c.speculative_config]
-    cal_labels = {config_label(grid_method(f"draft_model:{draft}" if mm == "draft_model" else mm, cal_k[mm])) for mm in methods}
+    cal_labels = {config_label(grid_method(method_text(mm), cal_k[mm])) for mm in methods}
     measured: dict[tuple[str, int], tuple[float | None, float | None, float | None, list[float]]] = {}
     t1 = time.monotonic()
     if a.unpaired:
