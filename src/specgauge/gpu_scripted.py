@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specgauge.calibrate import CalibrateConfig, measure_cell, plan_calibration, run_calibration
+from specgauge.config import MIN_SPEEDUP
 from specgauge.predict import CellSpec, predict_cells
 from specgauge.predict.gpu_curve import GpuServerCosts
 from specgauge.predict.replay import WorkloadReplay
@@ -33,24 +35,31 @@ from specgauge.sweep.analysis import crossover
 from specgauge.sweep.grid import config_label, grid_method
 
 CURVE = Path(__file__).resolve().parents[2] / "tests" / "data" / "gpu" / "h200-llama3-8b-costs.json"
-MARGIN = 1.05
+MARGIN = MIN_SPEEDUP
 
 
-def cut_logged(out: Path, n: int, max_tokens: int, min_output: int = 8) -> Path:
-    """The first ``n`` logged sample requests with ≥ ``min_output`` output tokens, cut to ``max_tokens``."""
+def cut_logged(out: Path, n: int, max_tokens: int, min_output: int = 8,
+               keep: Callable[[dict[str, Any]], bool] = lambda request: True,
+               drop_arrival_time: bool = False) -> Path:
+    """The first ``n`` logged sample requests that ``keep`` accepts and that have >= ``min_output``
+    output tokens, with ``max_tokens`` lowered and each logged output cut to match (replay stays exact)."""
     from specgauge.workload.samples import sample_logged_path
 
     rows = []
-    for line in sample_logged_path().read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        if len(d["response"]["output_token_ids"]) < min_output:
-            continue
-        d["request"]["max_tokens"] = max_tokens
-        d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:max_tokens]
-        d["response"]["text"] = ""
-        rows.append(json.dumps(d))
-        if len(rows) == n:
-            break
+    with open(sample_logged_path(), encoding="utf-8") as f:
+        for line in f:
+            d = json.loads(line)
+            r = d["request"]
+            if len(d["response"]["output_token_ids"]) < min_output or not keep(r):
+                continue
+            r["max_tokens"] = max_tokens
+            if drop_arrival_time:
+                r.pop("arrival_time", None)
+            d["response"]["output_token_ids"] = d["response"]["output_token_ids"][:max_tokens]
+            d["response"]["text"] = ""
+            rows.append(json.dumps(d))
+            if len(rows) == n:
+                break
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return out
