@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,16 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from specgauge.engine.serve import build_app  # noqa: E402
 from specgauge.engine.testing import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from tests.integration._http import serve_in_thread  # noqa: E402
 
 KEY = "sk-test"
 K = 3
 NOEOS = {"ignore_eos": True, "return_token_ids": True}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +39,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         max_batch=4, max_model_len=512, served_model_name="tiny", per_request_spec_decode_metrics="detailed",
         max_request_bytes=20_000,
     )
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(url + "/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    yield url
-    srv.should_exit = True
-    th.join(timeout=10)
+    with serve_in_thread(app, log_level="warning") as url:
+        yield url
 
 
 def client(url: str) -> Any:

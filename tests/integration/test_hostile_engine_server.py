@@ -7,9 +7,6 @@ correct engine fail on purpose)."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,14 +21,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from specgauge.engine.serve import build_app  # noqa: E402
 from specgauge.engine.testing import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from tests.integration._http import serve_in_thread  # noqa: E402
 
 POISON_SEED = 424242
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +35,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]
     make_tiny_model(root / "draft", vocab_size=vocab, seed=3, perturb_from=root / "target", perturb_scale=0.05)
     app = build_app(root / "target", json.dumps({"model": str(root / "draft"), "num_speculative_tokens": 2}),
                     max_batch=4, max_model_len=256, served_model_name="tiny", max_request_bytes=50_000)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(400):
-        try:
-            if httpx.get(url + "/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    yield url, app.state.runner.engine
-    srv.should_exit = True
-    th.join(timeout=10)
+    with serve_in_thread(app, log_level="critical") as url:
+        yield url, app.state.runner.engine
 
 
 def post(url: str, body: Any, path: str = "/v1/completions", timeout: float = 60.0) -> httpx.Response:
