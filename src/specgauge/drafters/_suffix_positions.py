@@ -19,6 +19,8 @@ from specgauge.drafters._suffix_bounds import global_draft_certain
 from specgauge.drafters._suffix_replay import draft_at
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from specgauge.drafters._suffix_bounds import UnknownTails
     from specgauge.drafters._suffix_tree import SuffixTree
     from specgauge.drafters.suffix import SuffixTrace
@@ -101,6 +103,60 @@ def final_step_known(pos: Positions, n_out: int, start: int) -> bool:
         if len(finals) > 1:
             return False
     return len(finals) == 1 and all(pos.certain[p] for p in finals)
+
+
+def server_final(pos: Positions, n_out: int, steps: Sequence[tuple[int, int]]) -> tuple[int, int] | None:
+    """The server's final step, (output position p, accepted count a), from its own (drafted, accepted)
+    per drafting step (vLLM's ``per_step_drafted`` / ``per_step_accepted``: steps that drafted nothing
+    are not listed): the one end of every path through the table that agrees with every listed step.
+    (0, 0): the final step drafted nothing. None: no path agrees, or the paths that agree end
+    differently, or at an uncertain draft whose tail (a token past the output) is then unknown."""
+    steps = [(int(d), int(a)) for d, a in steps]
+    finals: set[tuple[int, int]] = set()
+    seen = {(1, 0)}
+    todo = [(1, 0)]
+    while todo and len(finals) <= 1:
+        p, i = todo.pop()
+        rest = n_out - p
+        for q, j, end in _server_moves(pos, p, i, rest, steps):
+            if q >= n_out:
+                if j == len(steps):
+                    finals.add(end)
+            elif (q, j) not in seen:
+                seen.add((q, j))
+                todo.append((q, j))
+    if len(finals) != 1:
+        return None
+    p, a = next(iter(finals))
+    if p and not pos.certain[p] and a >= n_out - p:
+        return None  # it accepted past the output's end from a draft no one knows
+    return p, a
+
+
+def _server_moves(pos: Positions, p: int, i: int, rest: int, steps: list[tuple[int, int]]
+                  ) -> list[tuple[int, int, tuple[int, int]]]:
+    """The steps a server at output position p, having made ``i`` listed steps, could make that agree
+    with ``steps``: (next position, listed steps made, (p, accepted) or (0, 0) for no draft)."""
+    if pos.certain[p]:
+        lengths = [len(pos.drafts[p])]
+    else:
+        lengths = list(range(0, pos.cap[p] + 1))
+    moves = []
+    for n in lengths:
+        if n == 0:
+            moves.append((p + 1, i, (0, 0)))
+            continue
+        if i >= len(steps) or steps[i][0] != n:
+            continue
+        a = steps[i][1]
+        if pos.certain[p]:
+            m = pos.matched[p]
+            if not (a == m if m < rest else rest <= a <= n):
+                continue
+        elif not 0 <= a <= n:
+            continue
+        moves.append((p + min(a + 1, rest), i + 1, (p, a)))
+    return moves
 
 
 _INF = math.inf

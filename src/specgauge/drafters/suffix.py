@@ -236,6 +236,7 @@ class SuffixDrafter:
     def replay(
         self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int,
         final_accepted: int | None = None, bonus: int | None = None,
+        server_steps: Sequence[tuple[int, int]] | None = None,
     ) -> SuffixTrace:
         """The whole lifecycle of one request: the same steps and numbers as ``replay_by_stepping``
         (begin, one propose per decode step, end), without its per-step overhead. The python backend
@@ -244,7 +245,12 @@ class SuffixDrafter:
         ``final_accepted``: the server's accepted count at this request's final step (vLLM's
         ``per_step_accepted[-1]``), when known: the draft tokens it accepted past the output's end
         are then learned as vLLM learned them; ``bonus``: the token the server emitted after them,
-        when known too (else it is an unknown token in the cache, see ``SuffixTrace``).
+        when known too (else it is an unknown token in the cache, see ``SuffixTrace``);
+        ``server_steps``: the server's (drafted, accepted) per drafting step of this request (vLLM's
+        ``per_step_drafted`` / ``per_step_accepted``), when known: they fix which of the paths the
+        bounds allow the server took, so its final step and what it taught the cache past the output
+        (``_suffix_positions.server_final``), where an uncertain step would otherwise leave them open.
+        The request's own bounds never use them (only ``final_accepted``).
 
         With ``bounds``, the request is also replayed through the other extreme's cache and the trace
         carries ``bounds`` (``_suffix_positions.CountBounds``): this cache learns nothing past a cut the
@@ -252,20 +258,21 @@ class SuffixDrafter:
         accepted, as the server would); the figures returned are this cache's. While every open end
         so far was pinned, the bounds are sound (they also cover the unknown bonus tokens)."""
         if self._high is not None:
-            hi = self._high.replay(request_id, prompt_ids, output_ids, k, final_accepted, bonus)
+            hi = self._high.replay(request_id, prompt_ids, output_ids, k, final_accepted, bonus, server_steps)
         k = int(_check("k", k, 1))
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
         if self._high is not None:
             sound = self._unpinned_tails == 0
-            lo = self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
+            lo = self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus, server_steps)
             lo.bounds = CountBounds.of(lo, hi, len(output_ids), k, sound=sound)
             if lo.open_end and final_accepted is None:  # as a trace without bounds says it
                 lo.tail_unknown = lo.tail_bound
             return lo
-        return self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus)
+        return self._replay_gc(request_id, tokens, len(prompt_ids), k, final_accepted, bonus, server_steps)
 
     def _replay_gc(self, request_id: str, tokens: list[int], prompt_len: int, k: int,
-                   final_accepted: int | None, bonus: int | None) -> SuffixTrace:
+                   final_accepted: int | None, bonus: int | None,
+                   server_steps: Sequence[tuple[int, int]] | None = None) -> SuffixTrace:
         if self._native is not None:
             return self._replay(request_id, tokens, prompt_len, k, final_accepted, bonus)
         # the trie holds no reference cycles, so pausing the cyclic collector loses nothing; it would
@@ -273,13 +280,14 @@ class SuffixDrafter:
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            return self._replay(request_id, tokens, prompt_len, k, final_accepted, bonus)
+            return self._replay(request_id, tokens, prompt_len, k, final_accepted, bonus, server_steps)
         finally:
             if gc_was_on:
                 gc.enable()
 
     def _replay(self, request_id: str, tokens: list[int], prompt_len: int, k: int,
-                final_accepted: int | None, bonus: int | None) -> SuffixTrace:
+                final_accepted: int | None, bonus: int | None,
+                server_steps: Sequence[tuple[int, int]] | None = None) -> SuffixTrace:
         self.begin(request_id, tokens[:prompt_len])
         req = self._active[request_id]
         drafted: list[int] = []
@@ -310,15 +318,27 @@ class SuffixDrafter:
         trace = SuffixTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64),
                             final_draft=list(draft), first_uncertain=first_uncertain, checked=checked,
                             cache_unknown=self._cache_unknown())
+        final: tuple[int, int] | None = None  # the server's final step (position, accepted), where known
         if self._world is not None and self._unpinned_tails == 0 and len(tokens) - prompt_len > 1:
             trace.positions, trace.pinned_final = positions, final_accepted
             if first_uncertain is not None and checked:
-                from specgauge.drafters._suffix_positions import final_step_known
+                from specgauge.drafters._suffix_positions import final_step_known, server_final
 
-                start = 1 + sum(accepted[:first_uncertain]) + first_uncertain
-                if not final_step_known(positions, len(tokens) - prompt_len, start):
-                    self._tails_sound = False  # the server's final step, so what it learned past the end, is unknown
-        self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
+                n_out = len(tokens) - prompt_len
+                if server_steps is not None:
+                    final = server_final(positions, n_out, server_steps)
+                    if final is None:
+                        self._tails_sound = False  # no one final step fits the server's steps
+                    elif final[0] == 0:
+                        final = None  # the final step drafted nothing: no tail
+                else:
+                    start = 1 + sum(accepted[:first_uncertain]) + first_uncertain
+                    if not final_step_known(positions, n_out, start):
+                        self._tails_sound = False  # the server's final step, so what it learned past the end, is unknown
+        if final is not None:
+            self._server_tail(trace, len(tokens) - prompt_len, final, bonus)
+        else:
+            self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
         self._finish(request_id, req, tokens[prompt_len:] + trace.tail_learned, trace.tail_unknown)
         return trace
 
@@ -343,6 +363,19 @@ class SuffixDrafter:
             trace.accepted[-1] = final_accepted  # as the server counts it: before cutting the output
         else:  # how many of the draft's remaining tokens the server accepted is unknown
             trace.tail_unknown = trace.tail_bound
+
+    def _server_tail(self, trace: SuffixTrace, n_out: int, final: tuple[int, int], bonus: int | None) -> None:
+        """``_tail`` from the server's own final step (``server_final``: its position p and accepted count
+        a, the draft at p certain): the draft tokens it accepted past the output and the bonus token."""
+        p, a = final
+        rest = n_out - p
+        d = trace.positions.drafts[p]
+        if a < rest:  # the output's last token was that step's correction / bonus token
+            return
+        trace.open_end = True
+        trace.tail_bound = len(d) - rest + 1
+        trace.tail_learned = d[rest:a] + ([int(bonus)] if bonus is not None else [])
+        trace.tail_unknown = 0 if bonus is not None else 1
 
     def _finish(self, request_id: str, req: _Request, learn: list[int], unknown: int) -> None:
         """``end`` with the tail: vLLM learns the final step only while the request is below
