@@ -22,8 +22,10 @@ from specgauge.simulate.replay import RequestAcceptance
 K = 4
 
 
-def _server(requests: list[tuple[list[int], list[int], int]]) -> list[tuple[list[int], tuple[int, int, int], int | None]]:
-    """(logged output, (drafts, draft tokens, accepted), final-step accepted) per request."""
+def _server(requests: list[tuple[list[int], list[int], int]], steps: list | None = None
+            ) -> list[tuple[list[int], tuple[int, int, int], int | None]]:
+    """(logged output, (drafts, draft tokens, accepted), final-step accepted) per request; ``steps``: gets
+    each request's (drafted, accepted) per drafting step (vLLM's ``per_step_drafted`` / ``_accepted``)."""
     d = SuffixDrafter(num_speculative_tokens=K, backend="python")
     out = []
     for i, (prompt, cont, max_tokens) in enumerate(requests):
@@ -32,6 +34,7 @@ def _server(requests: list[tuple[list[int], list[int], int]]) -> list[tuple[list
         emitted = cont[:1]  # the prefill's token
         drafts = dt = acc = 0
         fin = None
+        mine: list[tuple[int, int]] = []
         while len(emitted) < max_tokens:
             draft = d.propose(rid, prompt + emitted, K)
             pos = len(emitted)
@@ -40,11 +43,14 @@ def _server(requests: list[tuple[list[int], list[int], int]]) -> list[tuple[list
                 a += 1
             if draft:
                 drafts, dt, acc, fin = drafts + 1, dt + len(draft), acc + a, a
+                mine.append((len(draft), a))
             else:
                 fin = None
             emitted = cont[: pos + a + 1]  # accepted drafts + the bonus / correction, past the cut too
         d.end(rid, emitted)  # vLLM learns the whole final step
         out.append((emitted[:max_tokens], (drafts, dt, acc), fin))
+        if steps is not None:
+            steps.append(mine)
     return out
 
 
@@ -83,6 +89,29 @@ def test_every_request_lies_inside_its_bounds_and_exact_rows_equal_the_server(se
         assert _inside(row, live), (i, row.bounds, live)
         if row.exact:
             assert (row.drafts, row.draft_tokens, row.accepted_tokens) == live
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+@example(seed=161)
+def test_the_servers_per_step_counts_keep_every_request_inside_and_pin_the_final_step(seed: int) -> None:
+    """``replay(server_steps=...)``: the server's own steps fix its final step where the bounds left it
+    open; the server's counts stay inside, and ``server_final`` names a step the server made."""
+    from specgauge.drafters._suffix_positions import server_final
+
+    reqs = _workload(seed, 14, cut=True)
+    steps: list[list[tuple[int, int]]] = []
+    served = _server(reqs, steps)
+    rep = SuffixDrafter(num_speculative_tokens=K, bounds=True)
+    for i, ((prompt, _, _), (out, live, fin), mine) in enumerate(zip(reqs, served, steps, strict=True)):
+        t = rep.replay(f"r{i}", prompt, out, K, final_accepted=fin, server_steps=mine)
+        row = RequestAcceptance.from_trace(t, f"r{i}", "s", "suffix", K, len(out))
+        assert _inside(row, live), (i, row.bounds, live)
+        if t.positions is not None and len(out) > 1:
+            final = server_final(t.positions, len(out), mine)
+            if final is not None and final[0]:
+                assert final[1] == mine[-1][1]
+            assert server_final(t.positions, len(out), [*mine, (K, 0)]) is None  # a step no path makes
 
 
 def test_the_exact_label_discriminates() -> None:
