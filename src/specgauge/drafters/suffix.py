@@ -119,6 +119,13 @@ class SuffixTrace(ReplayTrace):
     pinned_final: int | None = None
 
 
+def _learn_past_end(trace: SuffixTrace, accepted_past: list[int], bonus: int | None) -> None:
+    """What a final step whose accepted count is known taught the cache past the output: the draft
+    tokens it accepted there and its bonus token (one unknown token where the log lacks it)."""
+    trace.tail_learned = accepted_past + ([int(bonus)] if bonus is not None else [])
+    trace.tail_unknown = 0 if bonus is not None else 1
+
+
 @register_drafter("suffix")
 class SuffixDrafter:
     """Suffix decoding with vLLM's ``suffix_decoding_*`` options and defaults.
@@ -358,8 +365,7 @@ class SuffixDrafter:
             self._unpinned_tails += 1  # from here on the bounds are the extremes, no guarantee
             final_accepted = len(d) if self._world == "high" else a
         if final_accepted is not None and a <= final_accepted <= len(d):
-            trace.tail_learned = d[a:final_accepted] + ([int(bonus)] if bonus is not None else [])
-            trace.tail_unknown = 0 if bonus is not None else 1
+            _learn_past_end(trace, d[a:final_accepted], bonus)
             trace.accepted[-1] = final_accepted  # as the server counts it: before cutting the output
         else:  # how many of the draft's remaining tokens the server accepted is unknown
             trace.tail_unknown = trace.tail_bound
@@ -374,8 +380,7 @@ class SuffixDrafter:
             return
         trace.open_end = True
         trace.tail_bound = len(d) - rest + 1
-        trace.tail_learned = d[rest:a] + ([int(bonus)] if bonus is not None else [])
-        trace.tail_unknown = 0 if bonus is not None else 1
+        _learn_past_end(trace, d[rest:a], bonus)
 
     def _finish(self, request_id: str, req: _Request, learn: list[int], unknown: int) -> None:
         """``end`` with the tail: vLLM learns the final step only while the request is below
