@@ -32,8 +32,8 @@ from specgauge.config import SpeculativeConfig
 from specgauge.engine.core import Engine
 from specgauge.engine.sampling import SamplingParams
 from specgauge.models import draft_dir, target_dir
-from specgauge.predict.fit import solve
 from specgauge.predict.law import CORE, SHAPES, StepTable, drafter_params
+from specgauge.predict.lsq import solve
 from specgauge.workload.samples import sample_logged_path
 
 NGRAM = {"prompt_lookup_min": 2, "prompt_lookup_max": 5}

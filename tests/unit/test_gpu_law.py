@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from specgauge.calibrate import plan_calibration
-from specgauge.predict.fit import solve
 from specgauge.predict.fit_knee import extend
 from specgauge.predict.gpu_curve import GpuCurve, GpuServerCosts, gpu_step_function
 from specgauge.predict.law import CORE, StepTable, drafter_params, step_durations
+from specgauge.predict.lsq import solve
 from specgauge.predict.observe import Rows
 from specgauge.predict.predict import step_function
 from specgauge.predict.types import ProfileError
@@ -229,4 +229,4 @@ def test_recommendation_past_the_knee_lowers_k_with_the_batch_and_ends_off(gpu_w
     assert [c.label for c in curves.curves] == ["ngram-k1", "ngram-k2", "ngram-k8"]
     assert [q.batch for q in curves.curves[0].predicted] == [1, 4, 64]
     html = speedup_vs_batch_html(curves)
-    assert html.startswith("<div") and "ngram-k8 predicted" in html and "http" not in html.split("plotly", 1)[0]
+    assert html.startswith("<div") and "ngram-k8 (predicted)" in html and "http" not in html.split("plotly", 1)[0]

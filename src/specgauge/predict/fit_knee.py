@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from specgauge.predict.law import KNEE, KNEE_PARAM, hidden_host_params, is_model_method, method_kind
+from specgauge.predict.lsq import ELL
+from specgauge.predict.lsq import solve as lsq_solve
 from specgauge.predict.observe import Rows
 
 #: an extension must cut the residual sum of squares by at least this share
 MIN_GAIN = 0.05
-ELL = "ell"
 
 
 @dataclass
@@ -118,9 +119,7 @@ def fit_hidden(st: Steps, theta0: np.ndarray, hidx: Sequence[tuple[int, int]], i
 
 
 def _nnls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    from specgauge.predict.fit import solve
-
-    return solve(X, y, w)
+    return lsq_solve(X, y, w)
 
 
 def search_host(st: Steps, theta0: np.ndarray, hidx: Sequence[tuple[int, int]], which: int, idx: np.ndarray | None,
@@ -218,7 +217,7 @@ def _fit_at(rows: Sequence[Rows], shape: str, names: list[str], knee: float | No
 def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
            solve: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], keep: np.ndarray) -> Extension | None:
     """The law with a knee and/or overlapping host proposers, when the kept rows ask for them (None: the
-    straight line stays). ``solve``: the NNLS of ``fit``; ``keep``: rows the straight line's robust pass
+    straight line stays). ``solve``: the NNLS of ``lsq``; ``keep``: rows the straight line's robust pass
     kept. Two rounds of coordinate search: the knee at the current host costs, then each method's host
     cost at that knee (a host that sets the step at large batch otherwise passes for an early knee)."""
     methods = sorted({m for r in rows for t in r.tables if (m := method_kind(t.method)) and not is_model_method(m)})

@@ -21,6 +21,7 @@ from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import (
     ReplayTrace,
     accepted_options,
+    drafter_factory,
     is_stateful,
     offers_whole_output,
     trace_from_runs,
@@ -155,7 +156,7 @@ class WorkloadReplay:
         if offers_whole_output(method):
             runs = self._whole_output_runs(mspec, k, spec)
             return [self._planned(r, trace_from_runs(runs[r.base_id], k)) for r in self.requests]
-        if is_model_method(method):
+        if is_model_method(method) and drafter_factory(method) is None:
             raise ProfileError(f"speculative config {json.dumps(spec)}: no offline replay of {method} here "
                                "(its drafter is not installed)")
         mr = self._method(mspec, k, spec)

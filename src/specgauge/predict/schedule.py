@@ -50,94 +50,115 @@ class Schedule:
     ids: list[str]
 
 
+COLUMNS = ("batch", "dsum", "dmax", "ctx", "ptok", "preq", "emit", "smp", "sver", "sdr")
+
+
+class _ClosedLoop:
+    """The state of one simulated run: per-request progress (plain lists: the loop runs once per step
+    and request), who waits and who runs, and the step table built so far."""
+
+    def __init__(self, reqs: Sequence[PlannedRequest], concurrency: int, ell: float, max_batch: int | None) -> None:
+        n = self.n = len(reqs)
+        self.cap = max_batch or n or 1
+        self.ell = ell
+        self.send_after, self.first, self.last = [-1] * n, [-1] * n, [-1] * n
+        self.arrival = [float("inf")] * n
+        self.cols: dict[str, list[int]] = {c: [] for c in COLUMNS}
+        self.wake: list[int] = []
+        self.drafted = [r.drafted.tolist() for r in reqs]
+        self.accepted = [r.accepted.tolist() for r in reqs]
+        self.prompt = [int(r.prompt_tokens) for r in reqs]
+        self.sampled = [not r.greedy for r in reqs]
+        self.out_len = [int(r.output_tokens) for r in reqs]
+        self.pos = [0] * n  # next decode step of each request
+        self.emitted = [0] * n
+        self.nxt = min(concurrency, n)
+        for i in range(self.nxt):
+            self.arrival[i] = ell / 2
+        self.waiting: deque[int] = deque(range(self.nxt))  # arrived or in flight, in send order
+        self.running: list[int] = []
+        self.t = 0.0
+        self.done = 0
+
+    def admit(self) -> tuple[list[int], int]:
+        """The requests this step prefills, and the request whose arrival woke an idle server (-1: none)."""
+        woke = -1
+        if not self.running:
+            if not self.waiting:
+                raise AssertionError("nothing to run and nothing in flight")  # pragma: no cover
+            head = self.waiting[0]
+            if self.arrival[head] > self.t:
+                self.t = self.arrival[head]
+                woke = head
+        admitted: list[int] = []
+        while self.waiting and len(self.running) + len(admitted) < self.cap and self.arrival[self.waiting[0]] <= self.t + 1e-12:
+            admitted.append(self.waiting.popleft())
+        return admitted, woke
+
+    def row(self, admitted: Sequence[int]) -> tuple[int, ...]:
+        """This step's row of the law's inputs (``COLUMNS``)."""
+        dsum = dmax = ctx = emit = smp = sver = sdr = 0
+        for i in self.running:
+            d = self.drafted[i][self.pos[i]]
+            dsum += d
+            dmax = max(dmax, d)
+            if self.sampled[i]:
+                smp += 1
+                sver += d > 0
+                sdr += d
+            ctx += self.prompt[i] + self.emitted[i]
+            emit += min(self.accepted[i][self.pos[i]] + 1, self.out_len[i] - self.emitted[i])
+        ptok = sum(self.prompt[i] for i in admitted)
+        return len(self.running), dsum, dmax, ctx, ptok, len(admitted), emit, smp, sver, sdr
+
+    def advance(self, s: int, admitted: Sequence[int]) -> None:
+        """Step ``s`` ended (at ``self.t``): decode progress, prefills, finished requests and the client's next sends."""
+        finished: list[int] = []
+        still: list[int] = []
+        for i in self.running:
+            e = self.emitted[i] + min(self.accepted[i][self.pos[i]] + 1, self.out_len[i] - self.emitted[i])
+            self.emitted[i] = e
+            self.pos[i] += 1
+            (finished if e >= self.out_len[i] else still).append(i)
+        for i in admitted:
+            self.first[i] = s
+            self.emitted[i] = 1
+            (finished if self.out_len[i] <= 1 else still).append(i)
+        self.running = still
+        for i in finished:
+            self.last[i] = s
+            self.done += 1
+            if self.nxt < self.n:  # the client sends the next request when this one's last output arrives
+                self.send_after[self.nxt] = s
+                self.arrival[self.nxt] = self.t + self.ell
+                self.waiting.append(self.nxt)
+                self.nxt += 1
+
+
 def simulate_schedule(
     reqs: Sequence[PlannedRequest], concurrency: int, step_seconds: Callable[..., float],
     ell: float, method: str | None = None, k: int = 0, max_batch: int | None = None,
 ) -> Schedule:
     """Run the closed loop once. ``step_seconds(B, drafted_sum, drafted_max, context, prefill_tokens,
     prefill_reqs, emitted, sampled, sampled_verify, sampled_drafted)`` is the law for this server config."""
-    n = len(reqs)
-    cap = max_batch or n or 1
-    send_after = [-1] * n
-    first = [-1] * n
-    last = [-1] * n
-    arrival = [float("inf")] * n
-    cols: dict[str, list[int]] = {c: [] for c in ("batch", "dsum", "dmax", "ctx", "ptok", "preq", "emit", "smp", "sver", "sdr")}
-    wake: list[int] = []
-    drafted = [r.drafted.tolist() for r in reqs]  # plain lists: this loop runs once per step and request
-    accepted = [r.accepted.tolist() for r in reqs]
-    prompt = [int(r.prompt_tokens) for r in reqs]
-    sampled = [not r.greedy for r in reqs]
-    out_len = [int(r.output_tokens) for r in reqs]
-    pos = [0] * n  # next decode step of each request
-    emitted = [0] * n
-    nxt = min(concurrency, n)
-    for i in range(nxt):
-        arrival[i] = ell / 2
-    waiting: deque[int] = deque(range(nxt))  # arrived or in flight, in send order
-    running: list[int] = []
-    t = 0.0
+    loop = _ClosedLoop(reqs, concurrency, ell, max_batch)
     s = 0
-    done = 0
-    while done < n:
-        woke = -1
-        if not running:
-            if not waiting:
-                raise AssertionError("nothing to run and nothing in flight")  # pragma: no cover
-            head = waiting[0]
-            if arrival[head] > t:
-                t = arrival[head]
-                woke = head
-        admitted: list[int] = []
-        while waiting and len(running) + len(admitted) < cap and arrival[waiting[0]] <= t + 1e-12:
-            admitted.append(waiting.popleft())
-        decode = running
-        b = len(decode)
-        dsum = dmax = ctx = emit = smp = sver = sdr = 0
-        for i in decode:
-            d = drafted[i][pos[i]]
-            dsum += d
-            dmax = max(dmax, d)
-            if sampled[i]:
-                smp += 1
-                sver += d > 0
-                sdr += d
-            ctx += prompt[i] + emitted[i]
-            emit += min(accepted[i][pos[i]] + 1, out_len[i] - emitted[i])
-        ptok = sum(prompt[i] for i in admitted)
-        row = (b, dsum, dmax, ctx, ptok, len(admitted), emit, smp, sver, sdr)
+    while loop.done < loop.n:
+        admitted, woke = loop.admit()
+        row = loop.row(admitted)
         dur = step_seconds(*row)
-        for c, v in zip(cols.values(), row, strict=True):
+        for c, v in zip(loop.cols.values(), row, strict=True):
             c.append(v)
-        wake.append(woke)
-        t += dur
-        finished: list[int] = []
-        still: list[int] = []
-        for i in decode:
-            e = emitted[i] + min(accepted[i][pos[i]] + 1, out_len[i] - emitted[i])
-            emitted[i] = e
-            pos[i] += 1
-            (finished if e >= out_len[i] else still).append(i)
-        for i in admitted:
-            first[i] = s
-            emitted[i] = 1
-            (finished if out_len[i] <= 1 else still).append(i)
-        running = still
-        for i in finished:
-            last[i] = s
-            done += 1
-            if nxt < n:  # the client sends the next request when this one's last output arrives
-                send_after[nxt] = s
-                arrival[nxt] = t + ell
-                waiting.append(nxt)
-                nxt += 1
+        loop.wake.append(woke)
+        loop.t += dur
+        loop.advance(s, admitted)
         s += 1
-    arr = [np.asarray(v, dtype=np.int64) for v in cols.values()]
+    arr = [np.asarray(v, dtype=np.int64) for v in loop.cols.values()]
     table = StepTable(*arr[:6], method=method, k=k, emitted=arr[6], sampled=arr[7], sampled_verify=arr[8],
                       sampled_drafted=arr[9])
     i64 = np.int64
-    return Schedule(table, np.asarray(wake, dtype=i64), np.asarray(send_after, dtype=i64), np.asarray(first, dtype=i64),
-                    np.asarray(last, dtype=i64), np.asarray(out_len, dtype=i64), [r.id for r in reqs])
+    return Schedule(table, np.asarray(loop.wake, dtype=i64), np.asarray(loop.send_after, dtype=i64), np.asarray(loop.first, dtype=i64),
+                    np.asarray(loop.last, dtype=i64), np.asarray(loop.out_len, dtype=i64), [r.id for r in reqs])
 
 
 def step_ends(sched: Schedule, durations: np.ndarray, ell: float | np.ndarray) -> np.ndarray:

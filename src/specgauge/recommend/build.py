@@ -7,7 +7,11 @@
 3. Otherwise one server runs one method: the method family (a config without its k) that wins the
    most bands (then the higher mean speedup, then the cheaper), and per band the best k of that
    family (0 where none of its k clears the margin). One k for every band: a static config; else a
-   ``num_speculative_tokens_per_batch_size`` schedule (built and checked by ``schedule``).
+   ``num_speculative_tokens_per_batch_size`` schedule (built and checked by ``schedule``). When the
+   trailing bands are "off" (past the family's crossover), ``off_from`` names their first batch size and
+   the headline says that speculation should be off there — which the schedule's k = 0 is not: vLLM
+   still runs its speculative path on those steps (#49548), so the schedule is the best one server can
+   do, and serving without speculation is the answer for a server that mostly runs that busy.
 4. The same choice per segment, when the options carry per-segment intervals.
 """
 
@@ -20,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from specgauge.config import MIN_SPEEDUP
+from specgauge.i18n import en
 from specgauge.recommend.choose import METHOD_COST, choose
 from specgauge.recommend.flags import render_flags
 from specgauge.recommend.models import BandChoice, Option, Recommendation, SegmentChoice
@@ -27,8 +32,6 @@ from specgauge.recommend.schedule import bands_for, build_schedule, validate_sch
 from specgauge.sweep.analysis import crossover
 
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
-K0_COST = ("vLLM #49548 measured a 7–22 % per-token cost of a dynamic schedule at k = 0 against serving "
-           "without speculation, which these figures do not include")
 
 
 class RecommendSettings(BaseModel):
@@ -72,6 +75,15 @@ def _ranges(bands: Sequence[BandChoice]) -> str:
 
 def _bands(options: Sequence[Option], concurrencies: Sequence[int], s: RecommendSettings) -> list[BandChoice]:
     return [choose([o for o in options if o.concurrency == c], c, [lo, hi], s.min_speedup) for c, lo, hi in bands_for(concurrencies, s.max_batch)]
+
+
+def _off_from(mbands: Sequence[BandChoice], ks: Sequence[int]) -> int | None:
+    """The first batch size of the trailing bands where nothing of the chosen family clears the margin
+    (speculation should be off from there: past its crossover), None when the last band still pays."""
+    tail = len(ks)
+    while tail > 0 and mbands[tail - 1].option is None:
+        tail -= 1
+    return mbands[tail].batch_range[0] if 0 < tail < len(ks) else None
 
 
 def _pick_family(bands: Sequence[BandChoice]) -> str:
@@ -149,12 +161,17 @@ def recommend(options: Sequence[Option], concurrencies: Sequence[int], *, source
         spec = with_k(proto.speculative_config, kmax, sched)
         rec.schedule = sched
         parts = [f"k = {k} for {a}–{e}" if a != e else f"k = {k} for {a}" for a, e, k in sched]
-        rec.headline = f"Serve {name} with a batch-size schedule: {'; '.join(parts)} requests per step."
+        rec.off_from = _off_from(mbands, ks)
         zero = [r for r in sched if r[2] == 0]
+        thr = f"{s.min_speedup:g}×"
+        if rec.off_from is not None:  # off beyond the crossover: not what a schedule's k = 0 does
+            rec.headline = en("rec.hl.schedule_off", name=name, parts="; ".join(parts[:-1]), off=rec.off_from, thr=thr,
+                              end=sched[-1][1], last=rec.off_from - 1)
+        else:
+            rec.headline = en("rec.hl.schedule", name=name, parts="; ".join(parts))
         if zero:
-            rec.notes.append(f"the schedule drafts nothing (k = 0) at {', '.join(f'{a}–{e}' for a, e, _ in zero)} requests per step, "
-                             f"where nothing of {name} clears {s.min_speedup:g}×. k = 0 is not 'off': {K0_COST}. If most of your "
-                             "traffic runs at those batch sizes, serving without speculation is the better choice.")
+            rec.notes.append(en("rec.n.k0", ranges=", ".join(f"{a}–{e}" for a, e, _ in zero), name=name, thr=thr))
+        rec.notes.append(en("rec.n.cudagraphs"))
         rec.notes.append("the schedule is assembled from cells that ran one k each; a sweep cell with this schedule "
                          "(--config with num_speculative_tokens_per_batch_size) would confirm it")
     rec.speculative_config = spec

@@ -14,6 +14,9 @@
   vLLM ``{"method":"mtp","num_speculative_tokens":K}`` (no ``model``: vLLM reads them from the target's
   checkpoint), SGLang ``--speculative-algorithm EAGLE`` without a draft path (its NEXTN alias). llama.cpp
   has neither.
+- DFlash (block-parallel head): vLLM ``{"method":"dflash","model":HEAD,"num_speculative_tokens":K}``;
+  SGLang ``--speculative-algorithm DFLASH --speculative-draft-model-path HEAD --speculative-num-draft-tokens
+  K+1`` (its block: the anchor and K masks; SGLang forces num-steps and topk to 1). llama.cpp has none.
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ def sglang_command(spec: dict[str, Any] | None, model: str = "MODEL") -> tuple[s
         notes.append("SGLang runs a model's native MTP layers through its EAGLE worker (NEXTN is the same "
                      "algorithm); no draft model path")
         return f"{base} --speculative-algorithm EAGLE {steps}", notes
+    if sc.method == "dflash":
+        return (f"{base} --speculative-algorithm DFLASH --speculative-draft-model-path {shlex.quote(sc.model or 'DRAFT')} "
+                f"--speculative-num-draft-tokens {k + 1}"), notes
     if sc.method in ("eagle", "eagle3"):
         return f"{base} --speculative-algorithm {sc.method.upper()} --speculative-draft-model-path {shlex.quote(sc.model or 'DRAFT')} {steps}", notes
     if sc.method == "suffix":

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from specgauge.recommend.curves import SpeedupCurves
+
 KIND = "specgauge.recommendation"
 
 
@@ -75,6 +77,9 @@ class Recommendation(BaseModel):
     method: str | None = None  #: the one method the server runs
     speculative_config: dict[str, Any] | None = None  #: the vLLM --speculative-config to serve with
     schedule: list[list[int]] | None = None
+    #: first batch size of the trailing bands where nothing of the chosen method clears the margin: past its
+    #: crossover speculation should be off, which the schedule's k = 0 there is not (vLLM #49548)
+    off_from: int | None = None
     bands: list[BandChoice] = Field(default_factory=list)
     method_bands: list[BandChoice] = Field(default_factory=list)  #: the chosen method's k per band
     segments: list[SegmentChoice] = Field(default_factory=list)
@@ -82,3 +87,5 @@ class Recommendation(BaseModel):
     flags: Flags
     reasons: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    #: predicted / measured speedup vs batch per configuration, for the report's plot (computed once, here)
+    curves: SpeedupCurves | None = None

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specgauge.errors import UserError
 from specgauge.predict.types import CellPrediction
 from specgauge.recommend.build import RecommendSettings, recommend
+from specgauge.recommend.curves import curves_from_analysis, speedup_curves
 from specgauge.recommend.models import Option, Recommendation
 from specgauge.sweep.models import SweepAnalysis, SweepManifest
 
@@ -73,8 +74,10 @@ def recommend_from_manifest(m: SweepManifest, sweep_dir: Path, settings: Recomme
     if not opts and not any(c.status == "done" for c in a.cells):
         raise RecommendError(f"{sweep_dir}: no finished cell in the sweep; run or resume it first (specgauge sweep --resume)")
     name = Path(sweep_dir).resolve().name if Path(sweep_dir).is_dir() else Path(sweep_dir).resolve().parent.name
-    return recommend(opts, a.concurrencies, source="sweep", source_name=name, settings=settings,
-                     segment_options=segs if len(segs) > 1 else None, notes=notes + a.notes)
+    rec = recommend(opts, a.concurrencies, source="sweep", source_name=name, settings=settings,
+                    segment_options=segs if len(segs) > 1 else None, notes=notes + a.notes)
+    rec.curves = curves_from_analysis(a, rec.min_speedup, rec.schedule)
+    return rec
 
 
 def store_recommendation(m: SweepManifest, sweep_dir: Path) -> Path | None:
@@ -138,4 +141,6 @@ def recommend_from_profile(cfg: PredictedRecommendConfig) -> Recommendation:
     opts, notes = options_from_predictions(preds)
     for o in opts:
         o.speculative_config = spec_of.get(o.label)
-    return recommend(opts, cfg.concurrencies, source="prediction", source_name=cfg.cost_profile.name, settings=cfg.settings, notes=notes)
+    rec = recommend(opts, cfg.concurrencies, source="prediction", source_name=cfg.cost_profile.name, settings=cfg.settings, notes=notes)
+    rec.curves = speedup_curves(preds, None, rec.min_speedup, rec.schedule)
+    return rec

@@ -20,7 +20,9 @@ from pydantic import BaseModel, Field
 
 from specgauge.recommend.models import KIND as REC_KIND
 from specgauge.recommend.models import Recommendation
-from specgauge.report.figures import fig_html, fmt_number, plot_label
+from specgauge.i18n import en, t
+from specgauge.report.figures import fig_html, plot_label, template_env
+from specgauge.report.speedup_plot import speedup_vs_batch_html
 from specgauge.sweep.models import MANIFEST, SweepManifest
 
 
@@ -69,7 +71,7 @@ def split_inputs(paths: Sequence[Path]) -> tuple[list[SweepSection], list[Recomm
                 try:
                     sec.recommendation = recommend_from_manifest(m, d)
                 except RecommendError as e:
-                    sec.notes.append(f"no recommendation: {e}")
+                    sec.notes.append(en("rec.no_rec", why=str(e)))
             sweeps.append(sec)
         elif _is_recommendation(p):
             recs.append(Recommendation.model_validate(json.loads(p.read_text(encoding="utf-8"))))
@@ -84,14 +86,11 @@ def split_inputs(paths: Sequence[Path]) -> tuple[list[SweepSection], list[Recomm
 # ---------------------------------------------------------------------------- figures
 
 
-def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
+def _speedup_vs_concurrency(a: Any, idx: int) -> str:
+    """Measured speedup per config vs concurrency (95 % CI bars), predictions dashed: a sweep without a
+    stored recommendation's curves."""
     import plotly.graph_objects as go
 
-
-    a = sec.manifest.analysis
-    if a is None:
-        return {}
-    out: dict[str, str] = {}
     done = [c for c in a.cells if c.status == "done"]
     sp = go.Figure()
     for label in a.labels:
@@ -101,29 +100,48 @@ def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
                     key=lambda c: c.concurrency)
         if cs:
             sp.add_trace(go.Scatter(
-                x=[c.concurrency for c in cs], y=[c.speedup.estimate for c in cs], mode="lines+markers", name=plot_label(label),  # type: ignore[union-attr]
+                x=[c.concurrency for c in cs], y=[c.speedup.estimate for c in cs], mode="lines+markers", name=plot_label(label),
                 error_y={"type": "data", "symmetric": False,
-                         "array": [(c.speedup.high or c.speedup.estimate) - c.speedup.estimate for c in cs],  # type: ignore[union-attr,operator]
-                         "arrayminus": [c.speedup.estimate - (c.speedup.low or c.speedup.estimate) for c in cs]}))  # type: ignore[union-attr,operator]
+                         "array": [(c.speedup.high or c.speedup.estimate) - c.speedup.estimate for c in cs],
+                         "arrayminus": [c.speedup.estimate - (c.speedup.low or c.speedup.estimate) for c in cs]}))
         ps = sorted((c for c in a.cells if c.label == label and c.predicted is not None and c.predicted.speedup is not None),
                     key=lambda c: c.concurrency)
         if ps:
-            sp.add_trace(go.Scatter(x=[c.concurrency for c in ps], y=[c.predicted.speedup for c in ps], mode="lines",  # type: ignore[union-attr]
-                                    line={"dash": "dash"}, name=plot_label(f"{label} (predicted)")))
-    if sp.data:
-        sp.add_hline(y=1.0, line_dash="dot", line_color="grey")
-        if a.min_speedup != 1.0:
-            sp.add_hline(y=a.min_speedup, line_dash="dash", line_color="#b7791f")
-        sp.update_layout(title=f"Speedup vs concurrency (against {plot_label(a.baseline)}; bars: 95 % CI)",
-                         xaxis_title="concurrency", yaxis_title="speedup (×)", xaxis={"type": "log", "tickvals": a.concurrencies})
-        out["speedup"] = fig_html(sp, f"sweep{idx}-speedup")
+            sp.add_trace(go.Scatter(x=[c.concurrency for c in ps], y=[c.predicted.speedup for c in ps], mode="lines",
+                                    line={"dash": "dash"}, name=plot_label(t("sweep.fig.predicted", label=label))))
+    if not sp.data:
+        return ""
+    sp.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    if a.min_speedup != 1.0:
+        sp.add_hline(y=a.min_speedup, line_dash="dash", line_color="#b7791f")
+    sp.update_layout(title=t("sweep.fig.speedup", base=plot_label(a.baseline)),
+                     xaxis_title=t("sweep.fig.concurrency"), yaxis_title=t("sweep.fig.speedup_axis"),
+                     xaxis={"type": "log", "tickvals": a.concurrencies})
+    return fig_html(sp, f"sweep{idx}-speedup")
+
+
+def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
+    """The sweep's figures: speedup (vs batch per k with the recommendation's predicted curves when it
+    stored them, else vs concurrency), p95 E2E latency and the throughput / latency Pareto plot."""
+    import plotly.graph_objects as go
+
+    a = sec.manifest.analysis
+    if a is None:
+        return {}
+    out: dict[str, str] = {}
+    done = [c for c in a.cells if c.status == "done"]
+    curves = sec.recommendation.curves if sec.recommendation is not None else None
+    speedup = speedup_vs_batch_html(curves, f"sweep{idx}-speedup") if curves is not None else ""
+    speedup = speedup or _speedup_vs_concurrency(a, idx)
+    if speedup:
+        out["speedup"] = speedup
     lat = go.Figure()
     for label in a.labels:
         cs = sorted((c for c in done if c.label == label and c.e2e_p95_ms is not None), key=lambda c: c.concurrency)
         if cs:
             lat.add_trace(go.Scatter(x=[c.concurrency for c in cs], y=[c.e2e_p95_ms for c in cs], mode="lines+markers", name=plot_label(label)))
     if lat.data:
-        lat.update_layout(title="p95 end-to-end latency vs concurrency", xaxis_title="concurrency", yaxis_title="E2E p95 (ms)",
+        lat.update_layout(title=t("sweep.fig.latency"), xaxis_title=t("sweep.fig.concurrency"), yaxis_title=t("sweep.fig.e2e_axis"),
                           xaxis={"type": "log", "tickvals": a.concurrencies})
         out["latency"] = fig_html(lat, f"sweep{idx}-latency")
     tl = go.Figure()
@@ -136,12 +154,11 @@ def sweep_figures(sec: SweepSection, idx: int) -> dict[str, str]:
     if a.pareto:
         front = sorted(a.pareto, key=lambda p: p.e2e_p95_ms)
         tl.add_trace(go.Scatter(x=[p.e2e_p95_ms for p in front], y=[p.throughput_tok_s for p in front], mode="lines+markers",
-                                name="Pareto front", line={"color": "black", "dash": "dot"},
+                                name=t("sweep.fig.pareto_front"), line={"color": "black", "dash": "dot"},
                                 marker={"symbol": "circle-open", "size": 16, "color": "black"},
                                 text=[plot_label(f"{p.label} @ {p.concurrency}") for p in front], hovertemplate="%{text}"))
     if tl.data:
-        tl.update_layout(title="Throughput vs p95 latency (each point a config at one concurrency)",
-                         xaxis_title="E2E p95 (ms)", yaxis_title="output tokens/s")
+        tl.update_layout(title=t("sweep.fig.pareto"), xaxis_title=t("sweep.fig.e2e_axis"), yaxis_title=t("sweep.fig.out_tps"))
         out["pareto"] = fig_html(tl, f"sweep{idx}-pareto")
     return out
 
@@ -152,10 +169,9 @@ def render_sections(sweeps: Sequence[SweepSection], recs: Sequence[Recommendatio
         return ""
     import jinja2
 
+    from specgauge.report.sweep_console import choice, segment_line, status
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["f"] = fmt_number
+    env = template_env(status=status, choice=choice, segment_line=segment_line)
     figs = [{k: jinja2.utils.markupsafe.Markup(v) for k, v in sweep_figures(s, i).items()} for i, s in enumerate(sweeps)]
     all_recs: list[Any] = [(s.label, s.recommendation) for s in sweeps if s.recommendation is not None]
     all_recs += [(r.source_name, r) for r in recs]
