@@ -47,7 +47,8 @@ sys.path.insert(0, str(REPO / "src"))
 
 from specgauge.drafters._heads import Head, head_config, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import trace_from_matches, trace_from_runs  # noqa: E402
-from specgauge.engine.model import ModelArgs, load_model  # noqa: E402
+from specgauge.nn.transformer import ModelArgs  # noqa: E402
+from specgauge.nn.weights import load_model  # noqa: E402
 
 AUX_LAYERS = (1, 2, 4)
 KS = (1, 2, 3, 4, 5)

@@ -13,8 +13,9 @@ torch = pytest.importorskip("torch")
 
 from specgauge.drafters._heads import HeadLoadError, head_config, load_head, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import make_drafter, trace_from_runs  # noqa: E402
-from specgauge.engine.model import ModelArgs, load_model  # noqa: E402
 from specgauge.engine.testing import make_tiny_model  # noqa: E402
+from specgauge.nn.transformer import ModelArgs  # noqa: E402
+from specgauge.nn.weights import load_model  # noqa: E402
 
 V = 96
 
@@ -117,21 +118,56 @@ def test_bad_heads_are_clear_errors(head_dir: Path, target_dir: Path, tmp_path: 
         make_drafter(wrong, model=str(head_dir), target=str(target_dir))
 
 
-def test_teacher_forced_kind_replays_the_optimistic_figure(head_dir: Path, target_dir: Path) -> None:
+def test_replay_carries_the_teacher_forced_figure_from_the_same_pass(head_dir: Path, target_dir: Path) -> None:
+    """The offline replay's traces of a head carry the optimistic teacher-forced figure beside the exact
+    one: equal to counting ``teacher_forced_matches`` as a greedy draft model would, one k at a time."""
     from specgauge.drafters.base import trace_from_matches
-    from specgauge.drafters.eagle import runs_from_matches
+    from specgauge.offline.replay import MethodReplay, MethodSpec
 
     kind = "eagle3" if "eagle3" in head_dir.name else "mtp"
-    tf = make_drafter(f"{kind}_teacher_forced", model=str(head_dir), target=str(target_dir))
     d = make_drafter(kind, model=str(head_dir), target=str(target_dir))
     rng = np.random.default_rng(7)
     prompt, out = rng.integers(0, V, 6).tolist(), rng.integers(0, V, 30).tolist()
     m = d.teacher_forced_matches(prompt, out)
+    runs, tf_runs = d.accept_runs_and_teacher_forced(prompt, out, 4)
+    assert (runs == d.accept_runs(prompt, out, 4)).all()
+    spec = MethodSpec.parse(f"{kind}:{head_dir}").model_copy(update={"options": {"model": str(head_dir), "target": str(target_dir)}})
+    traces = MethodReplay(spec, [1, 2, 4]).traces("r", "t", prompt, out)
     for k in (1, 2, 4):
-        a, b = trace_from_runs(tf.accept_runs(prompt, out, k), k), trace_from_matches(m, k)
-        assert a.accepted.tolist() == b.accepted.tolist() and a.drafted.tolist() == b.drafted.tolist()
-    mm = rng.random(50) < 0.7
-    for k in (1, 3):
-        assert trace_from_runs(runs_from_matches(mm, k), k).accepted.tolist() == trace_from_matches(mm, k).accepted.tolist()
-    with pytest.raises(ValueError, match="offline figure"):
-        tf.propose_batch(["r"], [prompt], [2])
+        a, b = traces[k].teacher_forced, trace_from_matches(m, k)
+        assert a is not None and a.accepted.tolist() == b.accepted.tolist() and a.drafted.tolist() == b.drafted.tolist()
+        assert trace_from_runs(tf_runs, k).accepted.tolist() == b.accepted.tolist()
+        assert traces[k].accepted.tolist() == trace_from_runs(runs, k).accepted.tolist()  # the exact figure unchanged
+    assert traces[1].teacher_forced.accepted.tolist() == traces[1].accepted.tolist()  # draft 1 reads the target's state
+
+
+def test_the_target_is_found_or_the_error_names_where_to_give_it(head_dir: Path, target_dir: Path, tmp_path: Path) -> None:
+    """A user's head: the target given, or named by its config (relative to the head's parent), or the
+    fallback (simulate: the --tokenizer model directory); else one error that says how to give it; a
+    target that does not fit names the target and where it came from."""
+    import json
+    import re
+    import shutil
+
+    from specgauge.drafters.eagle import resolve_target
+
+    kind = "eagle3" if "eagle3" in head_dir.name else "mtp"
+    mine = tmp_path / "heads" / "mine"
+    shutil.copytree(head_dir, mine)
+    assert resolve_target(mine, target_dir)[0] == target_dir
+    with pytest.raises(ValueError, match="names no target .*--target-model DIR"):
+        resolve_target(mine, None)
+    assert resolve_target(mine, None, default_target=target_dir) == (target_dir, "the --tokenizer directory (a model directory)")
+    cfg = json.loads((mine / "config.json").read_text())
+    (mine / "config.json").write_text(json.dumps({**cfg, "target_model": "meta-llama/Llama-3.1-8B-Instruct"}))
+    with pytest.raises(ValueError, match="'meta-llama/Llama-3.1-8B-Instruct', which is no directory here"):
+        resolve_target(mine, None)
+    shutil.copytree(target_dir, tmp_path / "heads" / "my-target")
+    (mine / "config.json").write_text(json.dumps({**cfg, "speculators_config": {"verifier": {"name_or_path": "my-target"}}}))
+    assert resolve_target(mine, None, default_target=tmp_path)[0] == (tmp_path / "heads" / "my-target").resolve()
+    assert make_drafter(kind, model=str(mine)).target.args.vocab_size == V  # the verifier named by the config
+    other = make_tiny_model(tmp_path / "other", vocab_size=V + 4, hidden=32, layers=4, seed=1)
+    with pytest.raises(ValueError, match=f"vocab_size {V} but the target has {V + 4} \\(target {re.escape(str(other))}: given"):
+        make_drafter(kind, model=str(mine), target=str(other))
+    with pytest.raises(ValueError, match=f"no config.json .*\\(target {re.escape(str(tmp_path / 'nowhere'))}: given"):
+        make_drafter(kind, model=str(mine), target=str(tmp_path / "nowhere"))

@@ -273,7 +273,7 @@ def checkpoint_names(c: HeadConfig, target_num_layers: int) -> dict[str, str]:
 
 
 def load_head(head_dir: str | Path, target: Any, dtype: torch.dtype = torch.float32) -> Head:
-    """Load a head for ``target`` (a :class:`specgauge.engine.model.Transformer`): embeddings are the
+    """Load a head for ``target`` (a :class:`specgauge.nn.transformer.Transformer`): embeddings are the
     target's (vLLM shares them when the checkpoint has none), as is an MTP head's lm_head when absent."""
     from safetensors.torch import load_file
 

@@ -39,6 +39,10 @@ class ReplayTrace:
 
     drafted: np.ndarray  # (steps,) int
     accepted: np.ndarray  # (steps,) int
+    #: a hidden-state head's teacher-forced figure over the same output (every draft position fed the
+    #: target's hidden state, as training tools count it; optimistic, no server drafts that way), where
+    #: the drafter offers it (:class:`TeacherForcedReplay`); None for every other method
+    teacher_forced: ReplayTrace | None = None
 
 
 def replay_by_stepping(
@@ -113,6 +117,18 @@ class WholeOutputReplay(Protocol):
     follows from :func:`trace_from_runs`. Offline replay uses it where a drafter offers it."""
 
     def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray: ...
+
+
+@runtime_checkable
+class TeacherForcedReplay(Protocol):
+    """A :class:`WholeOutputReplay` drafter that also gives, from the same pass, the accepted runs
+    a teacher-forced count would give (each draft position fed the target's own hidden state rather
+    than the drafter's: what EAGLE / SpecForge training prints). Offline replay then puts that
+    optimistic figure beside the exact one (``ReplayTrace.teacher_forced``)."""
+
+    def accept_runs_and_teacher_forced(
+        self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @runtime_checkable
@@ -204,8 +220,8 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    # built-ins register themselves on import
-    from specgauge import drafters as _builtin  # noqa: F401
+    # the built-ins registered themselves already: Python runs the package's __init__ (which imports every
+    # built-in kind) before it runs this module
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         _REGISTRY.setdefault(ep.name, ep.load())

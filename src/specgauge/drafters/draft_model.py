@@ -26,19 +26,7 @@ from specgauge.drafters.base import register_drafter, runs_from_matches
 if TYPE_CHECKING:  # torch is imported on first use, so registering this drafter costs nothing
     import torch
 
-    from specgauge.engine.model import KVCache
-
-_DTYPES = ("float32", "bfloat16", "float16", "float64")
-
-
-def torch_dtype(name: str | torch.dtype) -> torch.dtype:
-    import torch
-
-    if isinstance(name, torch.dtype):
-        return name
-    if name not in _DTYPES:
-        raise ValueError(f"dtype {name!r} not supported; use one of {', '.join(_DTYPES)}")
-    return getattr(torch, name)
+    from specgauge.nn.transformer import KVCache
 
 
 class VocabMismatchError(ValueError):
@@ -60,7 +48,8 @@ class DraftModelDrafter:
         target_vocab_size: int | None = None,
         num_speculative_tokens: int = 8,
     ) -> None:
-        from specgauge.engine.model import ModelArgs, load_model
+        from specgauge.nn.transformer import ModelArgs
+        from specgauge.nn.weights import load_model, torch_dtype
 
         args = ModelArgs.from_dir(model)
         if target_vocab_size is not None and args.vocab_size != target_vocab_size:

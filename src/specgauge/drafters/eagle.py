@@ -26,7 +26,9 @@ drafting (vLLM's ``draft_sample_method="probabilistic"``; its default is greedy)
 
 ``teacher_forced_matches`` is what training tools print (every draft position fed the *target's*
 hidden state): equal at draft 1, usually optimistic past it (not a bound: a head trained on its own
-states can do better on them), reported beside the replay, never instead of it.
+states can do better on them). ``accept_runs_and_teacher_forced`` gives both from one pass, so
+``simulate`` prints it beside the replay, per k, labelled optimistic — never instead of it; no
+server drafts that way.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from specgauge.drafters.base import register_drafter
+from specgauge.drafters.base import register_drafter, runs_from_matches
 
 _MAX_REPLAY_LEVELS = 32
 
@@ -52,17 +54,36 @@ class _State:
     pending: list[Any] = field(default_factory=list)  # target hidden rows for positions n, n+1, ...
 
 
-def resolve_target(head_dir: Path, target: str | Path | None) -> Path:
-    """The target a head belongs to: ``target`` if given, else the head config's ``target_model``
-    (a path relative to the head's parent directory, as the shipped heads carry)."""
+def _named_target(cfg: dict[str, Any]) -> str | None:
+    """What a head's config names its target by: ``target_model`` (the shipped heads), else a
+    ``speculators``-format checkpoint's ``speculators_config.verifier.name_or_path``."""
+    sc = cfg.get("speculators_config")
+    verifier = sc.get("verifier") if isinstance(sc, dict) else None
+    hint = cfg.get("target_model") or (verifier.get("name_or_path") if isinstance(verifier, dict) else None)
+    return str(hint) if hint else None
+
+
+def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[Path, str]:
+    """The target model directory a head belongs to, and where that came from (for errors): ``target``
+    if given; else what the head's config names (``target_model``, relative to the head's parent
+    directory as the shipped heads carry it, or absolute; or a ``speculators`` verifier) when that is
+    a directory here; else ``default_target`` (simulate: the ``--tokenizer`` directory when it holds a
+    model). Nothing is downloaded: a Hub id that is no directory here is an error that says so."""
     if target is not None:
-        return Path(target)
-    cfg = json.loads((head_dir / "config.json").read_text()) if (head_dir / "config.json").is_file() else {}
-    hint = cfg.get("target_model")
-    if not hint:
-        raise ValueError(f"{head_dir}: a hidden-state head needs its target model: pass target=DIR "
-                         "(simulate: --target DIR); its config names none ('target_model')")
-    return (head_dir.parent / hint).resolve()
+        return Path(target), "given (simulate: --target-model)"
+    cfg_path = head_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    hint = _named_target(cfg)
+    if hint:
+        cand = Path(hint) if Path(hint).is_absolute() else head_dir.parent / hint
+        if cand.is_dir():
+            return cand.resolve(), f"named by the head's config.json ({hint!r})"
+    if default_target is not None:
+        return Path(default_target), "the --tokenizer directory (a model directory)"
+    named = (f"its config.json names target {hint!r}, which is no directory here (nothing is downloaded)" if hint
+             else "its config.json names no target ('target_model')")
+    raise ValueError(f"{head_dir}: a hidden-state head needs its target model and {named}: pass the target's "
+                     "directory (simulate: --target-model DIR; target=DIR in the API)")
 
 
 class HiddenStateDrafter:
@@ -71,21 +92,21 @@ class HiddenStateDrafter:
     kind: ClassVar[str] = ""
     deterministic: ClassVar[bool] = True
     stateful: ClassVar[bool] = False
-    head_kind: ClassVar[str] = ""  # the head it loads, where it differs from ``kind``
 
     def __init__(
         self,
         model: str | Path | None = None,
         target: str | Path | None = None,
         target_model: Any = None,
+        default_target: str | Path | None = None,
         dtype: Any = "float32",
         max_model_len: int = 2048,
         num_speculative_tokens: int = 8,
         **_: Any,
     ) -> None:
-        from specgauge.drafters._heads import load_head
-        from specgauge.drafters.draft_model import torch_dtype
-        from specgauge.engine.model import load_model
+        from specgauge.drafters._heads import HeadLoadError, load_head
+        from specgauge.nn.transformer import ModelLoadError
+        from specgauge.nn.weights import load_model, torch_dtype
 
         if model is None:
             raise ValueError(f"method {self.kind!r} needs \"model\": the head's directory")
@@ -93,11 +114,22 @@ class HiddenStateDrafter:
         if not (self.model_dir / "config.json").is_file():
             raise ValueError(f"{self.kind} head {self.model_dir}: no config.json")
         dt = torch_dtype(dtype)
-        self.target = target_model if target_model is not None else load_model(resolve_target(self.model_dir, target), dt)
-        self.head = load_head(self.model_dir, self.target, dt)
-        want = self.head_kind or self.kind
-        if self.head.c.kind != want:
-            raise ValueError(f"{self.model_dir}: a {self.head.c.kind} head, but method {want!r} was asked for")
+        where = "the engine's target"
+        if target_model is not None:
+            self.target = target_model
+        else:
+            path, origin = resolve_target(self.model_dir, target, default_target)
+            where = f"target {path}: {origin}"
+            try:
+                self.target = load_model(path, dt)
+            except ModelLoadError as e:
+                raise ValueError(f"{self.kind} head {self.model_dir}: {e} ({where})") from None
+        try:
+            self.head = load_head(self.model_dir, self.target, dt)
+        except HeadLoadError as e:
+            raise ValueError(f"{e} ({where})") from None
+        if self.head.c.kind != self.kind:
+            raise ValueError(f"{self.model_dir}: a {self.head.c.kind} head, but method {self.kind!r} was asked for")
         self.model = self.head  # what the engine's memory report counts (shared embeddings are buffers, not counted)
         self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
         self.max_len = max_model_len + num_speculative_tokens + 2
@@ -231,6 +263,15 @@ class HiddenStateDrafter:
     def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray:
         return self.replay_arrays(prompt_ids, output_ids, kmax)[0]
 
+    def accept_runs_and_teacher_forced(
+        self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(``accept_runs``, the teacher-forced figure's runs) from one pass
+        (:class:`~specgauge.drafters.base.TeacherForcedReplay`): the latter counts a chain step as
+        accepted while each position's draft, fed the target's hidden state, matches the logged token."""
+        runs, tf = self.replay_arrays(prompt_ids, output_ids, kmax)
+        return runs, runs_from_matches(tf)
+
     def teacher_forced_matches(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> np.ndarray:
         """Per output position j: would the head, fed the target's hidden state at every position,
         draft out[j]? (Training tools' per-position accuracy; optimistic past draft 1.)"""
@@ -243,41 +284,3 @@ class Eagle3Drafter(HiddenStateDrafter):
     default (2, L // 2, L - 3) deduplicated) through ``fc``; draft vocabulary mapped by ``d2t``."""
 
     kind = "eagle3"
-
-
-def runs_from_matches(match: np.ndarray, kmax: int) -> np.ndarray:
-    """Per position j: how many of match[j], match[j+1], ... hold in a row, capped at ``kmax``."""
-    n = len(match)
-    runs = np.zeros(n, dtype=np.int64)
-    alive = np.ones(n, dtype=bool)
-    for s in range(kmax):
-        hit = np.zeros(n, dtype=bool)
-        hit[: n - s] = match[s:] if s else match
-        alive &= hit
-        runs += alive
-    return runs
-
-
-class _TeacherForced(HiddenStateDrafter):
-    """The optimistic figure training tools print, as a replayable method (``simulate --method
-    eagle3:DIR,eagle3_teacher_forced:DIR`` puts it beside the exact replay, per k): every draft
-    position reads the *target's* hidden state, as if the chain never fed the head its own. Offline
-    only: no server drafts this way."""
-
-    def accept_runs(self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int) -> np.ndarray:
-        return runs_from_matches(self.replay_arrays(prompt_ids, output_ids, 1)[1], kmax)
-
-    def propose_batch(self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]) -> list[list[int]]:
-        raise ValueError(f"{self.kind} is an offline figure (teacher forcing), not a method a server can run")
-
-
-@register_drafter("eagle3_teacher_forced")
-class Eagle3TeacherForced(_TeacherForced):
-    kind = "eagle3_teacher_forced"
-    head_kind = "eagle3"
-
-
-@register_drafter("mtp_teacher_forced")
-class MTPTeacherForced(_TeacherForced):
-    kind = "mtp_teacher_forced"
-    head_kind = "mtp"

@@ -45,10 +45,24 @@ def heads_available() -> bool:
     return all((d / "model.safetensors").is_file() for d in (eagle3_dir(), mtp_dir()))
 
 
+DFLASH_NAME = "tiny-dflash"
+
+
+def dflash_dir() -> Path:
+    """Directory of the shipped DFlash block-parallel head for the tiny target (vLLM's ``DFlashDraftModel`` format)."""
+    return _HERE / DFLASH_NAME
+
+
+def dflash_available() -> bool:
+    """True when the shipped DFlash head carries weights."""
+    return (dflash_dir() / "model.safetensors").is_file()
+
+
 def available() -> bool:
     """True when both shipped directories carry weights and a tokenizer."""
     return all((d / "model.safetensors").is_file() and (d / "tokenizer.json").is_file() for d in (target_dir(), draft_dir()))
 
 
-__all__ = ["DRAFT_NAME", "EAGLE3_NAME", "MTP_NAME", "TARGET_NAME", "available", "draft_dir", "eagle3_dir",
+__all__ = ["DFLASH_NAME", "DRAFT_NAME", "EAGLE3_NAME", "MTP_NAME", "TARGET_NAME", "available", "dflash_available",
+           "dflash_dir", "draft_dir", "eagle3_dir",
            "heads_available", "mtp_dir", "target_dir"]

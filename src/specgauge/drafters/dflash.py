@@ -1,0 +1,247 @@
+"""DFlash, the block-parallel drafter (kind ``"dflash"``): one forward of a small head fills a block of
+k draft positions at once, from the anchor token and the target's hidden states (the head and its
+checkpoint: ``_dflash_head.py``). vLLM 0.32 runs it as ``{"method": "dflash", "model": HEAD,
+"num_speculative_tokens": K}`` (``v1/spec_decode/dflash.py``); SGLang as ``--speculative-algorithm
+DFLASH``. This mirrors vLLM's proposer, which follows z-lab's reference (``dflash/model.py``):
+
+* **context**: the target's hidden states of every verified position — the whole prompt after the
+  prefill, then per step the positions the target verified (the last token and the accepted drafts;
+  rejected positions never reach the head) — become context keys/values once, kept per request
+  (vLLM writes them into the draft's KV cache; the reference keeps a cropped cache);
+* **block**: the query is [anchor, mask × k] at positions a..a+k, a = len(history) - 1: the anchor is
+  the bonus/correction token the target just emitted (its hidden state does not exist yet), the masks
+  are ``mask_token_id``; one non-causal forward; draft i = argmax at mask i (greedy: vLLM's default
+  ``draft_sample_method``). Verification is the engine's: greedy rows keep the longest prefix the
+  target's argmax agrees with, sampled rows go through the same ``rejection_sample`` with the draft as
+  a one-hot proposal; the target's next token (bonus or correction) is the next anchor.
+
+Offline replay (``replay`` / ``runs_at``): one target pass over prompt + logged output gives every
+position's hidden states; the block of every step start is then drafted in one batched forward (each
+block sees the context before its anchor).
+
+**What is exact and why.** A greedy block is a deterministic function of the token history before the
+anchor, the anchor, and the target's hidden states over that history (the replay theorem; the hidden
+states are the teacher-forced pass's, since only verified tokens become context). The engine and the
+replay compute the same sums in a different order (one block per request vs all step starts batched
+and masked), so they agree to float rounding; an argmax near-tie could in principle flip.
+**Not a whole-output replay**: the block attends both ways, so a mask's draft depends on how many
+masks follow it — the first k drafts of a block of k' > k masks are *not* the block of k. Each k is
+replayed on its own (``runs_at(prompt, out, k)``); this drafter offers no ``accept_runs``. No
+teacher-forced figure either: a block's drafts never read the head's own earlier drafts, so there is no
+chain for teacher forcing to skip. Not modelled: DFlash2 (convolutions, candidate selector), sliding-
+window draft layers, probabilistic drafting.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from specgauge.drafters.base import ReplayTrace, register_drafter, trace_from_runs
+
+#: step starts drafted per batched forward in replay (bounds the [anchors, k+1, heads, context] scores)
+_REPLAY_CHUNK = 128
+
+_targets: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+_passes: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+
+
+def _shared_target(path: Path, dtype: Any) -> Any:
+    """One loaded target per (directory, dtype) while any drafter holds it: a replay at several k
+    builds one drafter per k (see the module's docstring), all reading the same target."""
+    from specgauge.nn.weights import load_model
+
+    key = (str(path.resolve()), str(dtype))
+    model = _targets.get(key)
+    if model is None:
+        model = load_model(path, dtype)
+        _targets[key] = model
+    return model
+
+
+@dataclass
+class _State:
+    ctx: list[tuple[Any, Any]]  # per layer: k, v [max_len, hkv, D]
+    n: int = 0  # positions with context keys
+    pending: list[Any] = field(default_factory=list)  # target hidden rows for positions n, n+1, ...
+
+
+@register_drafter("dflash")
+class DFlashDrafter:
+    """A DFlash head drafting greedily (deterministic, stateless)."""
+
+    kind: ClassVar[str] = "dflash"
+    deterministic: ClassVar[bool] = True
+    stateful: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        target: str | Path | None = None,
+        target_model: Any = None,
+        default_target: str | Path | None = None,
+        dtype: Any = "float32",
+        max_model_len: int = 2048,
+        num_speculative_tokens: int = 8,
+        **_: Any,
+    ) -> None:
+        from specgauge.drafters._dflash_head import DFlashLoadError, load_head
+        from specgauge.drafters.eagle import resolve_target
+        from specgauge.nn.transformer import ModelLoadError
+        from specgauge.nn.weights import torch_dtype
+
+        if model is None:
+            raise ValueError("method 'dflash' needs \"model\": the DFlash head's directory")
+        self.model_dir = Path(model)
+        if not (self.model_dir / "config.json").is_file():
+            raise ValueError(f"dflash head {self.model_dir}: no config.json")
+        dt = torch_dtype(dtype)
+        where = "the engine's target"
+        if target_model is not None:
+            self.target = target_model
+        else:
+            path, origin = resolve_target(self.model_dir, target, default_target)
+            where = f"target {path}: {origin}"
+            try:
+                self.target = _shared_target(path, dt)
+            except ModelLoadError as e:
+                raise ValueError(f"dflash head {self.model_dir}: {e} ({where})") from None
+        try:
+            self.head = load_head(self.model_dir, self.target, dt)
+        except DFlashLoadError as e:
+            raise DFlashLoadError(f"{e} ({where})") from None
+        self.model = self.head  # what the engine's memory report counts
+        self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
+        self.max_len = max_model_len + num_speculative_tokens + 2
+        self._dtype = dt
+        self._req: dict[str, _State] = {}
+
+    # -- Drafter protocol ------------------------------------------------------------------------
+    def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:
+        import torch
+
+        if request_id in self._req:
+            raise ValueError(f"request {request_id!r} already begun")
+        c = self.head.c
+        shape = (self.max_len, c.num_kv_heads, c.head_dim)
+        self._req[request_id] = _State([(torch.zeros(shape, dtype=self._dtype), torch.zeros(shape, dtype=self._dtype))
+                                        for _ in range(c.num_layers)])
+
+    def observe_hidden(self, request_id: str, hidden: Any) -> None:
+        """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""
+        st = self._req.get(request_id)
+        if st is not None and hidden.shape[0]:
+            st.pending.append(hidden)
+
+    def propose(self, request_id: str, history: Sequence[int], k: int) -> list[int]:
+        return self.propose_batch([request_id], [history], [k])[0]
+
+    def end(self, request_id: str, output_ids: Sequence[int]) -> None:
+        self._req.pop(request_id, None)
+
+    # -- the engine's proposer -------------------------------------------------------------------
+    def propose_batch(self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]) -> list[list[int]]:
+        import torch
+
+        with torch.inference_mode():
+            return [self._propose_one(rid, hist, k) if k > 0 else []
+                    for rid, hist, k in zip(request_ids, histories, ks, strict=True)]
+
+    def _propose_one(self, rid: str, hist: Sequence[int], k: int) -> list[int]:
+        import torch
+
+        st = self._req[rid]
+        if not st.pending:
+            raise RuntimeError(f"dflash drafter: no target hidden states for request {rid!r} (the engine must feed "
+                               "observe_hidden after every target forward)")
+        hid = torch.cat(st.pending)
+        c, n = st.n, hid.shape[0]
+        if c + n + 1 != len(hist):
+            raise RuntimeError(f"dflash drafter: request {rid!r} has hidden states for {c + n} positions but a history "
+                               f"of {len(hist)} tokens (expected one more)")
+        if c + n + 1 + k > self.max_len:
+            raise ValueError("dflash drafter: sequence longer than max_model_len")
+        for (ck, cv), (k_new, v_new) in zip(st.ctx, self.head.context(hid, torch.arange(c, c + n)), strict=True):
+            ck[c : c + n], cv[c : c + n] = k_new, v_new
+        L = st.n = c + n
+        st.pending = []
+        logits = self.head.block(torch.tensor([int(hist[-1])]), torch.tensor([L]), k,
+                                 [(ck[:L], cv[:L]) for ck, cv in st.ctx], None)  # [1, k, V]
+        return self.head.to_target(logits[0].argmax(-1)).tolist()
+
+    # -- offline replay --------------------------------------------------------------------------
+    def _target_pass(self, seq: list[int]) -> Any:
+        """The target's hidden states at positions 0..len(seq)-2 (one teacher-forced pass; the last
+        pass is kept while the target lives, so the drafters of several k share it)."""
+        import torch
+
+        key = (tuple(seq), self.hidden_layers)
+        hit = _passes.get(self.target)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        T = len(seq) - 1
+        with torch.inference_mode():
+            _, hid = self.target.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [T], self.target.new_cache(1, T),
+                                                     self.hidden_layers, logits_at=torch.tensor([T - 1]))
+        hid = hid.to(self._dtype)
+        _passes[self.target] = (key, hid)
+        return hid
+
+    def block_drafts(self, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> np.ndarray:
+        """Drafts [n, k] of a step that starts at each output position j (row j: the block whose anchor is
+        out[j - 1], drafting out[j..j+k-1]); row 0 (the prefill emits out[0]) is -1."""
+        import torch
+
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        seq = [int(t) for t in (*prompt_ids, *output_ids)]
+        if not prompt_ids:
+            raise ValueError("replay needs a non-empty prompt")
+        V = self.head.c.vocab_size
+        bad = next((t for t in seq if not 0 <= t < V), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} outside the target's vocabulary (size {V})")
+        n, P = len(output_ids), len(prompt_ids)
+        drafts = np.full((n, k), -1, dtype=np.int64)
+        if n < 2:
+            return drafts
+        hid = self._target_pass(seq)
+        T = hid.shape[0]
+        with torch.inference_mode():
+            ctx = self.head.context(hid, torch.arange(T))
+            anchors = torch.arange(P, P + n - 1)  # the step at output position j has its anchor at P + j - 1
+            for s in range(0, len(anchors), _REPLAY_CHUNK):
+                a = anchors[s : s + _REPLAY_CHUNK]
+                mask = torch.arange(T)[None, :] < a[:, None]  # context: positions before the anchor
+                logits = self.head.block(torch.tensor(seq)[a], a, k, ctx, mask)
+                drafts[1 + s : 1 + s + len(a)] = self.head.to_target(logits.argmax(-1)).numpy()
+        return drafts
+
+    def runs_at(self, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> np.ndarray:
+        """Per output position j: how many of the block's k drafts a step starting at j accepts (the
+        leading drafts the logged output continues with) — exact at this k only (see the module)."""
+        out = np.asarray(output_ids, dtype=np.int64)
+        n = len(out)
+        runs = np.zeros(n, dtype=np.int64)
+        if n < 2:
+            return runs
+        d = self.block_drafts(prompt_ids, output_ids, k)
+        j = np.arange(1, n)
+        alive = np.ones(n - 1, dtype=bool)
+        for s in range(k):
+            ok = j + s < n
+            hit = np.zeros(n - 1, dtype=bool)
+            hit[ok] = d[j[ok], s] == out[j[ok] + s]
+            alive &= hit
+            runs[1:] += alive
+        return runs
+
+    def replay(self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> ReplayTrace:
+        """The engine's decode steps over one logged output at this k (``replay_by_stepping``'s trace,
+        from one target pass and one batched block forward)."""
+        return trace_from_runs(self.runs_at(prompt_ids, output_ids, k), k)

@@ -1,0 +1,95 @@
+"""Load a local Hugging Face checkpoint (``config.json`` + ``*.safetensors``) into the lean
+:class:`~specgauge.nn.transformer.Transformer`: q/k projection rows reordered so each head's RoPE halves
+are interleaved (see the transformer's module docstring), gate/up and q/k/v fused. ``torch_dtype``: the
+one spelling of the dtypes the engine and the drafters accept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+
+from specgauge.nn.transformer import ModelArgs, ModelLoadError, Transformer
+
+_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+def torch_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in _DTYPES:
+        raise ValueError(f"dtype {name!r} not supported; use one of {', '.join(_DTYPES)}")
+    return getattr(torch, name)
+
+
+def _read_weights(model_dir: Path) -> dict[str, Tensor]:
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{model_dir}: no *.safetensors weights (pytorch_model.bin is not read)")
+    sd: dict[str, Tensor] = {}
+    for f in files:
+        sd.update(load_file(str(f)))
+    return sd
+
+
+def _interleave_halves(w: Tensor, head_dim: int) -> Tensor:
+    """Reorder each head's rows [x_0..x_{D/2-1}, y_0..y_{D/2-1}] to [x_0, y_0, x_1, y_1, ...] (RoPE pairs adjacent)."""
+    shape = w.shape
+    return w.reshape(-1, 2, head_dim // 2, *shape[1:]).transpose(1, 2).reshape(shape)
+
+
+def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Transformer:
+    """Load a Llama / Qwen2 / Qwen3 checkpoint into the lean :class:`Transformer` (eval mode)."""
+    model_dir = Path(model_dir)
+    a = ModelArgs.from_dir(model_dir)
+    sd = _read_weights(model_dir)
+    sd = {k.removeprefix("model."): v for k, v in sd.items()}
+
+    def take(name: str) -> Tensor:
+        try:
+            return sd.pop(name)
+        except KeyError:
+            raise ModelLoadError(f"{model_dir}: weight {name!r} missing") from None
+
+    D = a.head_dim
+    new: dict[str, Tensor] = {"embed.weight": take("embed_tokens.weight"), "norm.weight": take("norm.weight")}
+    head = sd.pop("lm_head.weight", None)
+    if head is None:
+        if not a.tie_word_embeddings:
+            raise ModelLoadError(f"{model_dir}: lm_head.weight missing and tie_word_embeddings is false")
+        head = new["embed.weight"]
+    new["lm_head.weight"] = head
+    for i in range(a.num_layers):
+        p = f"layers.{i}."
+        q, k, v = (take(p + f"self_attn.{n}_proj.weight") for n in "qkv")
+        new[p + "wqkv.weight"] = torch.cat([_interleave_halves(q, D), _interleave_halves(k, D), v])
+        if a.qkv_bias:
+            qb, kb, vb = (take(p + f"self_attn.{n}_proj.bias") for n in "qkv")
+            new[p + "wqkv.bias"] = torch.cat([_interleave_halves(qb, D), _interleave_halves(kb, D), vb])
+        new[p + "wo.weight"] = take(p + "self_attn.o_proj.weight")
+        new[p + "w13.weight"] = torch.cat([take(p + "mlp.gate_proj.weight"), take(p + "mlp.up_proj.weight")])
+        new[p + "w2.weight"] = take(p + "mlp.down_proj.weight")
+        new[p + "attn_norm.weight"] = take(p + "input_layernorm.weight")
+        new[p + "ffn_norm.weight"] = take(p + "post_attention_layernorm.weight")
+        if a.qk_norm:
+            new[p + "q_norm.weight"] = _interleave_halves(take(p + "self_attn.q_norm.weight"), D)
+            new[p + "k_norm.weight"] = _interleave_halves(take(p + "self_attn.k_norm.weight"), D)
+    with torch.device("meta"):
+        model = Transformer(a)
+    model.load_state_dict(new, strict=True, assign=True)
+    inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
+    model.inv_freq = inv.float()
+    model = model.to(dtype)
+    model.inv_freq = model.inv_freq.float()
+    return model.eval()
+
+
+def cache_bytes(a: ModelArgs, num_slots: int, max_len: int, dtype: torch.dtype) -> int:
+    """Memory the KV cache for ``num_slots`` x ``max_len`` tokens takes."""
+    return 2 * a.num_layers * num_slots * max_len * a.num_kv_heads * a.head_dim * torch.finfo(dtype).bits // 8
+
+
+__all__ = ["cache_bytes", "load_model", "torch_dtype"]
