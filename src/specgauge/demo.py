@@ -1,8 +1,9 @@
 """``specgauge demo``: the whole job on the embedded default, on a CPU, no GPU and no server needed.
 
 1. profile the built-in sample workload (with the shipped target's logged responses);
-2. replay n-gram, suffix and draft-model acceptance offline on every request (exact: logged token
-   ids), k = 1..8, and say which suffix backend ran;
+2. replay n-gram, suffix, draft-model and EAGLE-3 acceptance offline on every request (exact: logged
+   token ids; the shipped EAGLE-3 head on the shipped target, with its teacher-forced figure beside it),
+   k = 1..8, and say which suffix backend ran;
 3. calibrate: short live runs of the embedded server (no speculation and one config per method, at
    concurrency 1 and the demo's) fit this machine's step-cost law (``specgauge calibrate``);
 4. predict every (method, k) at the demo's concurrency from the replay and that law, with a band,
@@ -62,23 +63,33 @@ def _save(path: Path, model: BaseModel) -> Path:
     return path
 
 
+#: the EAGLE-3 head's proposal length in the calibration (one k: its per-position cost; the draft model's
+#: two k already give the law a model drafter's fixed part)
+HEAD_CALIBRATION_K = 2
+
+
+def demo_methods() -> list[str]:
+    """The demo's candidates as simulate and calibrate name them: n-gram, suffix, the shipped draft model
+    and, where the package ships it, the shipped EAGLE-3 head (a hidden-state drafter on the tiny target)."""
+    from specgauge.models import draft_dir, eagle3_dir, heads_available
+
+    methods = ["ngram", "suffix", f"draft_model:{draft_dir()}"]
+    if heads_available():
+        methods.append(f"eagle3:{eagle3_dir()}")
+    return methods
+
+
 def candidate_cells(methods: list[str], ks: list[int], concurrency: int) -> list[Any]:
-    """Every (method, k) the replay covered, as prediction cells at ``concurrency``."""
-    from specgauge.models import draft_dir
+    """Every (method, k) the replay covered, as prediction cells at ``concurrency`` (labels and configs as
+    the calibration's: ``ngram-k2``, ``draft_model-k1``, ``eagle3-k2``)."""
     from specgauge.predict import CellSpec
+    from specgauge.sweep.grid import config_label, grid_method
 
     cells = []
     for m in methods:
         for k in ks:
-            if m.startswith("draft_model"):
-                spec: dict[str, Any] = {"model": str(draft_dir()), "num_speculative_tokens": k}
-                label = f"draft_model-k{k}"
-            else:
-                spec = {"method": m, "num_speculative_tokens": k}
-                if m == "ngram":
-                    spec.update(prompt_lookup_min=2, prompt_lookup_max=5)
-                label = f"{m}-k{k}"
-            cells.append(CellSpec(label=label, speculative_config=spec, concurrency=concurrency))
+            spec = grid_method(m, k)
+            cells.append(CellSpec(label=config_label(spec), speculative_config=spec, concurrency=concurrency))
     return cells
 
 
@@ -133,73 +144,105 @@ def run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> D
         return _run_demo(cfg, console, err)
 
 
+class _Run:
+    """One demo run's place and console: its output directory, the logged sample, the step header."""
+
+    def __init__(self, cfg: DemoConfig, console: Console, err: Console | None) -> None:
+        from specgauge.models import available
+        from specgauge.workload.samples import sample_logged_path
+
+        self.cfg, self.console, self.err = cfg, console, err or console
+        self.t_start = time.monotonic()
+        if not available():
+            raise DemoError("the shipped tiny models are missing from the package (specgauge/models); reinstall specgauge")
+        self.logged = sample_logged_path()
+        if not self.logged.is_file():
+            raise DemoError(f"{self.logged} is missing; run scripts/make_sample_logs.py")
+        self.out = cfg.out_dir.resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        for old in ("bench-baseline", "bench-speculative"):
+            if (self.out / old / "results.jsonl").exists():
+                raise DemoError(f"{self.out / old} already holds a run; pass another --out-dir or remove it")
+        self.conc = cfg.max_concurrency
+        self.methods = demo_methods()
+
+    def step(self, n: int, text: str) -> None:
+        self.console.rule(f"[bold]{n}/7[/bold] {text}  [dim]({time.monotonic() - self.t_start:.0f} s)[/dim]")
+
+
 def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
-    from specgauge.api import profile, resolve_tokenizer
-    from specgauge.bench import BenchConfig, run_bench
-    from specgauge.calibrate import CalibrateConfig, run_calibration
-    from specgauge.drafters._suffix_native import resolve_backend
-    from specgauge.i18n import get_lang, t
-    from specgauge.models import available, draft_dir, target_dir
-    from specgauge.predict import predict_cells
-    from specgauge.report.bench_console import format_summary
-    from specgauge.report.console import render_profile, render_simulation
-    from specgauge.report.decide_console import render_comparison
-    from specgauge.report.html import ReportConfig, write_report
-    from specgauge.report.predict_console import render_calibration, render_predictions
-    from specgauge.report.runs import CompareRequest, compare_paths
-    from specgauge.servers import embedded_server
-    from specgauge.simulate.run import SimulateConfig, simulate
-    from specgauge.stats.verdict import VerdictCriteria
-    from specgauge.sweep import ServerTarget
-    from specgauge.workload.loaders import LoadOptions
-    from specgauge.workload.samples import sample_logged_path
+    from specgauge.i18n import t
 
-    err = err or console
-    t_start = time.monotonic()
-    if not available():
-        raise DemoError("the shipped tiny models are missing from the package (specgauge/models); reinstall specgauge")
-    logged = sample_logged_path()
-    if not logged.is_file():
-        raise DemoError(f"{logged} is missing; run scripts/make_sample_logs.py")
-    out = cfg.out_dir.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    for old in ("bench-baseline", "bench-speculative"):
-        if (out / old / "results.jsonl").exists():
-            raise DemoError(f"{out / old} already holds a run; pass another --out-dir or remove it")
-    conc = cfg.max_concurrency
+    run = _Run(cfg, console, err)
+    _profile_and_replay(run)
+    cal = _calibrate(run)
+    best, spec, pays = _predict(run, cal)
+    runs = _live_ab(run, spec)
+    cmp, line = _compare(run, best, runs, pays)
+    report = _report(run, runs)
+    secs = time.monotonic() - run.t_start
+    console.rule(t("demo.done", s=f"{secs:.0f}"))
+    console.print(f"{t('demo.report', path=f'[bold]{report}[/bold]')}\n{t('demo.results', path=run.out)}", highlight=False)
+    return DemoResult(out_dir=run.out, report=report, verdict=cmp.verdict.overall.verdict.value, candidate=spec,
+                      predicted=best.speedup, measured=cmp.overall.speedup.estimate, agreement=line, seconds=secs)
 
-    def step(n: int, text: str) -> None:
-        console.rule(f"[bold]{n}/7[/bold] {text}  [dim]({time.monotonic() - t_start:.0f} s)[/dim]")
 
-    step(1, t("demo.step.profile"))
-    prof, _ = profile([logged], LoadOptions(), None)
-    _save(out / "profile.json", prof)
-    render_profile(prof, console)
-
-    backend = resolve_backend("auto")
-    step(2, t("demo.step.replay", backend=backend, ks=",".join(map(str, cfg.ks))))
+def _profile_and_replay(run: _Run) -> None:
+    """Steps 1-2: the sample's profile; every candidate replayed offline at every k (exact: logged ids)."""
     import torch
 
+    from specgauge.api import profile, resolve_tokenizer
+    from specgauge.drafters._suffix_native import resolve_backend
+    from specgauge.i18n import t
+    from specgauge.report.console import render_profile, render_simulation
+    from specgauge.simulate.run import SimulateConfig, simulate
+    from specgauge.workload.loaders import LoadOptions
+
+    cfg, out = run.cfg, run.out
+    run.step(1, t("demo.step.profile"))
+    prof, _ = profile([run.logged], LoadOptions(), None)
+    _save(out / "profile.json", prof)
+    render_profile(prof, run.console)
+    backend = resolve_backend("auto")
+    run.step(2, t("demo.step.replay", backend=backend, ks=",".join(map(str, cfg.ks))))
     torch.set_num_threads(cfg.threads)
-    tok = resolve_tokenizer(None)
-    methods = ["ngram", "suffix", f"draft_model:{draft_dir()}"]
-    sim = simulate(SimulateConfig(workload=[logged], methods=methods, ks=cfg.ks, batch_sizes=[1, conc]), tok,
-                   on_request=_ticker(err, "replayed"))
+    sim = simulate(SimulateConfig(workload=[run.logged], methods=run.methods, ks=cfg.ks, batch_sizes=[1, run.conc]),
+                   resolve_tokenizer(None), on_request=_ticker(run.err, "replayed"))
     sim = sim.model_copy(update={"notes": [*sim.notes, f"suffix replayed with the {backend} backend on every request"]})
     _save(out / "simulate.json", sim)
-    render_simulation(sim, console)
-    console.print(t("demo.uncalibrated"), highlight=False)
+    render_simulation(sim, run.console)
+    run.console.print(t("demo.uncalibrated"), highlight=False)
 
-    step(3, t("demo.step.calibrate", cs=",".join(map(str, sorted({1, conc})))))
-    cal = run_calibration(CalibrateConfig(workload=[logged], out_dir=out / "calibration", concurrencies=sorted({1, conc}),
+
+def _calibrate(run: _Run) -> Any:
+    """Step 3: this machine's step-cost law from short live runs of the embedded server."""
+    from specgauge.calibrate import DEFAULT_KS, CalibrateConfig, run_calibration
+    from specgauge.i18n import t
+    from specgauge.report.predict_console import render_calibration
+    from specgauge.sweep import ServerTarget
+
+    cfg, cs = run.cfg, sorted({1, run.conc})
+    run.step(3, t("demo.step.calibrate", cs=",".join(map(str, cs))))
+    cal = run_calibration(CalibrateConfig(workload=[run.logged], out_dir=run.out / "calibration", methods=run.methods,
+                                          ks={**DEFAULT_KS, "eagle3": HEAD_CALIBRATION_K}, concurrencies=cs,
                                           num_prompts=cfg.calibration_prompts,
-                                          target=ServerTarget.embedded(threads=cfg.threads)), console=err, tokenizer=None)
-    render_calibration(cal, console)
+                                          target=ServerTarget.embedded(threads=cfg.threads)), console=run.err, tokenizer=None)
+    render_calibration(cal, run.console)
+    return cal
 
-    step(4, t("demo.step.predict", c=conc))
-    cells = candidate_cells(["ngram", "suffix", "draft_model"], cfg.ks, conc)
-    preds = predict_cells(cal.profile, [logged], cells, num_prompts=cfg.num_prompts, max_batch=conc)
-    (out / "predictions.json").write_text(json.dumps([p.model_dump(mode="json") for p in preds], indent=1), encoding="utf-8")
+
+def _predict(run: _Run, cal: Any) -> tuple[Any, dict[str, Any], bool]:
+    """Step 4: every (method, k) predicted at the demo's concurrency; the candidate (its prediction, its
+    config, whether it is predicted to pay), or why nothing pays."""
+    from specgauge.i18n import t
+    from specgauge.predict import predict_cells
+    from specgauge.report.predict_console import render_predictions
+
+    cfg, conc, console = run.cfg, run.conc, run.console
+    run.step(4, t("demo.step.predict", c=conc))
+    cells = candidate_cells(run.methods, cfg.ks, conc)
+    preds = predict_cells(cal.profile, [run.logged], cells, num_prompts=cfg.num_prompts, max_batch=conc)
+    (run.out / "predictions.json").write_text(json.dumps([p.model_dump(mode="json") for p in preds], indent=1), encoding="utf-8")
     render_predictions(cal.profile, preds, console)
     best, pays = choose(preds, cfg.min_speedup)
     spec = dict(next(c.speculative_config for c in cells if c.label == best.label) or {})
@@ -212,19 +255,40 @@ def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> 
         for why in _why_not(cal.profile, best):
             console.print("  " + t("demo.why", text=why), highlight=False, markup=False)
         console.print(t("demo.ab_anyway", label=best.label))
+    return best, spec, pays
 
+
+def _live_ab(run: _Run, spec: dict[str, Any]) -> dict[str, Path]:
+    """Step 5: the embedded server without and with the candidate, on the same requests."""
+    from specgauge.bench import BenchConfig, run_bench
+    from specgauge.i18n import t
+    from specgauge.models import target_dir
+    from specgauge.report.bench_console import format_summary
+    from specgauge.servers import embedded_server
+
+    cfg, conc, out = run.cfg, run.conc, run.out
     runs = {}
     for name, sc in (("bench-baseline", None), ("bench-speculative", spec)):
-        step(5, t("demo.step.bench_spec", spec=json.dumps(sc), n=cfg.num_prompts, c=conc) if sc
-             else t("demo.step.bench_base", n=cfg.num_prompts, c=conc))
+        run.step(5, t("demo.step.bench_spec", spec=json.dumps(sc), n=cfg.num_prompts, c=conc) if sc
+                 else t("demo.step.bench_base", n=cfg.num_prompts, c=conc))
         with embedded_server(target_dir(), out / f"{name}.server.log", sc, max_batch=conc, threads=cfg.threads) as srv:
-            res = run_bench(BenchConfig(base_url=srv.base_url, workload=[logged], output_dir=out / name,
+            res = run_bench(BenchConfig(base_url=srv.base_url, workload=[run.logged], output_dir=out / name,
                                         max_concurrency=conc, num_prompts=cfg.num_prompts, seed=0,
-                                        timeout=300, progress=True), console=err)
-        console.print(format_summary(res.summary), highlight=False, markup=False)
+                                        timeout=300, progress=True), console=run.err)
+        run.console.print(format_summary(res.summary), highlight=False, markup=False)
         runs[name] = out / name
+    return runs
 
-    step(6, t("demo.step.compare"))
+
+def _compare(run: _Run, best: Any, runs: dict[str, Path], pays: bool) -> tuple[Any, str]:
+    """Step 6: compare's verdict, then the prediction beside the measurement (and why they differ)."""
+    from specgauge.i18n import t
+    from specgauge.report.decide_console import render_comparison
+    from specgauge.report.runs import CompareRequest, compare_paths
+    from specgauge.stats.verdict import VerdictCriteria
+
+    cfg, conc, out, console = run.cfg, run.conc, run.out, run.console
+    run.step(6, t("demo.step.compare"))
     cmp = compare_paths(CompareRequest(baseline=runs["bench-baseline"], candidate=runs["bench-speculative"],
                                        criteria=VerdictCriteria(min_speedup=cfg.min_speedup)))
     _save(out / "compare.json", cmp)
@@ -240,18 +304,21 @@ def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> 
         "candidate": best.label, "concurrency": conc, "predicted": best.speedup, "predicted_low": best.speedup_low,
         "predicted_high": best.speedup_high, "measured": s.estimate, "measured_low": s.low, "measured_high": s.high,
         "agree": agree, "summary": line, "predicted_to_pay": pays}, indent=1), encoding="utf-8")
+    return cmp, line
 
-    step(7, t("demo.step.report"))
+
+def _report(run: _Run, runs: dict[str, Path]) -> Path:
+    """Step 7: one self-contained HTML report of everything above."""
+    from specgauge.i18n import get_lang, t
+    from specgauge.report.html import ReportConfig, write_report
+
+    run.step(7, t("demo.step.report"))
+    out = run.out
     report = out / "report.html"
     write_report(ReportConfig(inputs=[out / "profile.json", out / "simulate.json", runs["bench-baseline"],
                                       runs["bench-speculative"], out / "compare.json"], out=report,
                               title=t("demo.title"), lang=get_lang()))
-    secs = time.monotonic() - t_start
-    verdict = cmp.verdict.overall.verdict.value
-    console.rule(t("demo.done", s=f"{secs:.0f}"))
-    console.print(f"{t('demo.report', path=f'[bold]{report}[/bold]')}\n{t('demo.results', path=out)}", highlight=False)
-    return DemoResult(out_dir=out, report=report, verdict=verdict, candidate=spec, predicted=best.speedup,
-                      measured=s.estimate, agreement=line, seconds=secs)
+    return report
 
 
 def _why_not(profile: Any, best: Any) -> list[str]:

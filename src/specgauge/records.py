@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class FailureKind(str, Enum):
@@ -167,6 +167,52 @@ class RequestRecord(BaseModel):
         return (self.ready_s if self.ready_s is not None else self.sent_s) - self.scheduled_s
 
 
+class KvSample(BaseModel):
+    """One KV-cache usage reading from ``/metrics`` during a run: seconds after sampling began, 0..1."""
+
+    t: float
+    kv_cache_usage: float
+
+
+class SessionRecord(BaseModel):
+    """One (re)start of a bench run, as ``run.json`` keeps it in ``sessions``: how long it ran, the
+    ``/metrics`` snapshots before and after, their diff and the speculative counts from it, KV-cache
+    and device-memory samples, the client's own event-loop stalls, the Ray workers where used.
+
+    Only what the session got to is written (``model_fields_set``): an interrupted session has no
+    ``counter_spec`` at all, which says "not read", while ``counter_spec: null`` says "read, and the
+    server exposes no speculative counters"."""
+
+    model_config = ConfigDict(extra="allow")
+
+    started_at: float | None = None  #: Unix epoch seconds
+    requests: int | None = None  #: requests this session was to send
+    interrupted: bool | None = None  #: Ctrl-C: nothing after it was measured
+    duration_s: float | None = None  #: first send to last response (the Ray workers' common start with Ray)
+    ray: dict[str, Any] | None = None  #: ``scale.loadgen.public_info``: workers, clocks, per-worker chunks
+    memory: dict[str, Any] | None = None  #: device memory (``loadgen.memory.MemorySampler.summary``)
+    kv_samples: list[KvSample] | None = None
+    client_loop: dict[str, Any] | None = None  #: the load generator's own stalls (``loadgen.client_loop``)
+    server_log_memory: dict[str, Any] | None = None  #: from ``--server-log`` (``stats.server_memory``)
+    counters_before: dict[str, float] | None = None  #: ``Snapshot.to_json``
+    counters_after: dict[str, float] | None = None
+    counter_diff: dict[str, float] | None = None  #: ``CounterDiff.to_json``
+    counter_spec: SpecCounts | None = None  #: the speculative counts in the diff (the dialect's reading)
+    spec_gauges: dict[str, Any] | None = None
+    kv_cache: dict[str, Any] | None = None  #: the dialect's memory gauges after the run
+
+    @model_serializer(mode="wrap")
+    def _only_what_was_measured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        kept = self.model_fields_set | set(self.model_extra or {})
+        return {k: v for k, v in d.items() if k in kept}
+
+    @property
+    def counters_read(self) -> bool:
+        """Whether /metrics was read before and after this session (its counters cover it)."""
+        return "counter_spec" in self.model_fields_set
+
+
 class RunRecord(BaseModel):
     """What is stored beside the results: config (no secrets), server identity, counter snapshots."""
 
@@ -179,12 +225,129 @@ class RunRecord(BaseModel):
     server: dict[str, Any] = Field(default_factory=dict)  #: version, speculative config, models…
     #: one entry per (re)start: duration, /metrics snapshots before/after and their diff, the
     #: speculative counts from that diff, KV-cache and device-memory samples
-    sessions: list[dict[str, Any]] = Field(default_factory=list)
+    sessions: list[SessionRecord] = Field(default_factory=list)
     resumed_from: int = 0  #: records already present when this run (re)started
     warnings: list[str] = Field(default_factory=list)
     #: the warm-up requests (sent first, not in the results): id, ok and their token ids / per-request
     #: counters, which a stateful drafter's cache learned before the run (``stats.replay_check``)
     warmups: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class MetricStats(BaseModel):
+    """One latency metric of a run in milliseconds, as ``vllm bench serve`` reports it: mean, median,
+    std and the asked percentiles (by vLLM's label: ``"99"``, ``"99.9"``)."""
+
+    mean: float | None = None
+    median: float | None = None
+    std: float | None = None
+    percentiles: dict[str, float | None] = Field(default_factory=dict)
+
+
+class SpecDecodeStats(BaseModel):
+    """vLLM's ``spec_decode_*`` result keys: acceptance rate in percent, acceptance length (1 +
+    accepted / drafts), the counts, and the per-position rates."""
+
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    num_drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    per_position_acceptance_rates: list[float] = Field(default_factory=list)
+
+
+class SpecgaugeSummary(BaseModel):
+    """``summary.json``'s ``specgauge`` block: what vLLM's keys do not say (``stats.summary``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    version: str
+    dialect: str
+    server: dict[str, Any] = Field(default_factory=dict)
+    sessions: int = 0
+    resumed_from: int = 0
+    warnings: list[str] = Field(default_factory=list)
+    latency: dict[str, Any] = Field(default_factory=dict)  #: ``LatencyMetrics.to_json``: per-token ITL, failures…
+    acceptance: dict[str, Any] = Field(default_factory=dict)  #: counters, per request, agreement, gauges
+    segments: dict[str, Any] = Field(default_factory=dict)
+    memory: dict[str, Any] = Field(default_factory=dict)
+    replay_check: dict[str, Any] | None = None  #: ``stats.replay_check.ReplayCheck``
+
+
+#: the traffic keys ``vllm bench serve --save-result`` writes, in its order
+_VLLM_HEAD = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+              "request_goodput", "output_throughput", "total_token_throughput", "max_concurrent_requests",
+              "max_output_tokens_per_s", "max_concurrency", "request_rate", "burstiness")
+
+
+class BenchSummary(BaseModel):
+    """``summary.json``: ``vllm bench serve --save-result``'s keys (same names, same meaning: vLLM
+    0.32's ``benchmarks/serve.py``) at the top level, ours under ``specgauge``. Note ``*_itl_ms`` is
+    per token here (a chunk of n tokens gives n gaps of g/n); vLLM's per-chunk ITL is in
+    ``specgauge.latency.chunk_itl``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    duration: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float | None = None
+    request_goodput: float | None = None  #: None without ``--goodput`` (as vLLM)
+    output_throughput: float | None = None
+    total_token_throughput: float | None = None
+    max_concurrent_requests: int = 0
+    max_output_tokens_per_s: float | None = None
+    max_concurrency: int | None = None
+    request_rate: float | str | None = None  #: ``"inf"`` for all at once (as vLLM writes it)
+    burstiness: float | None = None
+    #: the selected metrics (``--percentile-metrics``: ttft, tpot, itl, e2el) in their order
+    metrics: dict[str, MetricStats] = Field(default_factory=dict)
+    spec_decode: SpecDecodeStats | None = None  #: None when nothing was drafted (vLLM leaves the keys out)
+    specgauge: SpecgaugeSummary | None = None
+
+    def to_vllm_json(self) -> dict[str, Any]:
+        """The keys ``vllm bench serve --save-result`` writes, as it names and orders them."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in _VLLM_HEAD}
+        for name, m in self.metrics.items():
+            out[f"mean_{name}_ms"], out[f"median_{name}_ms"], out[f"std_{name}_ms"] = m.mean, m.median, m.std
+            for p, v in m.percentiles.items():
+                out[f"p{p}_{name}_ms"] = v
+        if self.spec_decode is not None:
+            out.update({f"spec_decode_{k}": v for k, v in self.spec_decode.model_dump().items()})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """``summary.json``: vLLM's keys, then ``specgauge``."""
+        out = self.to_vllm_json()
+        if self.specgauge is not None:
+            out["specgauge"] = self.specgauge.model_dump(mode="json")
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BenchSummary:
+        """Back from ``summary.json`` (or a ``vllm bench serve`` result: its other keys are ignored)."""
+        metrics: dict[str, MetricStats] = {}
+        for k in d:
+            if k.startswith("mean_") and k.endswith("_ms"):
+                name = k[len("mean_"):-len("_ms")]
+                pre, post = "p", f"_{name}_ms"
+                pcts = {x[len(pre):-len(post)]: d[x] for x in d
+                        if x.startswith(pre) and x.endswith(post) and _is_number(x[len(pre):-len(post)])}
+                metrics[name] = MetricStats(mean=d[k], median=d.get(f"median_{name}_ms"), std=d.get(f"std_{name}_ms"),
+                                            percentiles=pcts)
+        spec = {k[len("spec_decode_"):]: v for k, v in d.items() if k.startswith("spec_decode_")}
+        return cls(**{k: d[k] for k in _VLLM_HEAD if k in d}, metrics=metrics,
+                   spec_decode=SpecDecodeStats(**spec) if spec else None,
+                   specgauge=SpecgaugeSummary.model_validate(d["specgauge"]) if isinstance(d.get("specgauge"), dict) else None)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
 
 
 class ResultsFile:

@@ -32,10 +32,15 @@ def test_demo_writes_profile_replay_runs_verdict_and_report() -> None:
     assert cmp["verdict"]["overall"]["verdict"] in ("GO", "NO-GO", "INCONCLUSIVE")
     sim = json.loads((out / "simulate.json").read_text())
     assert {"ngram", "suffix"} <= set(sim["methods"]) and any(m.startswith("draft_model") for m in sim["methods"])
+    assert "eagle3:tiny-eagle3" in sim["methods"]  # the shipped EAGLE-3 head is a candidate too
+    head = [x for x in sim["overall"]["summaries"] if x["method"] == "eagle3:tiny-eagle3"]
+    assert head and all(x["teacher_forced_acceptance_rate"] is not None for x in head)  # its optimistic figure beside it
     prof = json.loads((out / "calibration" / "cost_profile.json").read_text())
     assert prof["params"] and prof["provenance"]  # a fitted law, with where it was measured
     preds = json.loads((out / "predictions.json").read_text())
-    assert {p["label"] for p in preds} >= {"ngram-k1", "ngram-k2", "suffix-k1", "suffix-k2", "draft_model-k1", "draft_model-k2"}
+    assert {p["label"] for p in preds} >= {"ngram-k1", "ngram-k2", "suffix-k1", "suffix-k2", "draft_model-k1", "draft_model-k2",
+                                           "eagle3-k1", "eagle3-k2"}
+    assert all(p["speedup"] is not None for p in preds if p["label"].startswith("eagle3"))  # calibrated: the law has its cost
     check = json.loads((out / "prediction_check.json").read_text())
     assert check["predicted"] is not None and check["measured"] is not None  # the prediction beside the measurement
     assert "예측 대 측정" in r.stdout  # the prediction beside the measurement, on the console too

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from specgauge.bench import BenchConfig, run_bench
-from specgauge.engine.model import load_model
 from specgauge.models import available, draft_dir, target_dir
+from specgauge.nn.weights import load_model
 from specgauge.report.bench_console import format_summary
 from specgauge.servers import embedded_server
 

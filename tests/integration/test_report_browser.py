@@ -218,7 +218,9 @@ def _evaluate(b: Browser, session: str, expr: str) -> Any:
 SVG_DIVS = "Array.from(document.querySelectorAll('div.plotly-graph-div')).filter(d => d.querySelector('svg.main-svg')).length"
 
 
-def load_in_browser(html: Path, shot: Path) -> dict[str, Any]:
+def load_in_browser(html: Path, shot: Path, probes: dict[str, str] | None = None) -> dict[str, Any]:
+    """Load ``html`` offline; what the page shows, its console errors and network requests, and the value
+    of each JavaScript expression in ``probes`` (by name), evaluated after the plots drew."""
     binary = _chromium()
     assert binary is not None
     with tempfile.TemporaryDirectory(prefix="sg-chromium-") as user_dir:
@@ -252,6 +254,7 @@ def load_in_browser(html: Path, shot: Path) -> dict[str, Any]:
                 "body_text": _evaluate(b, session, "document.body.innerText"),
                 "height": _evaluate(b, session, "document.documentElement.scrollHeight"),
             }
+            out.update({name: _evaluate(b, session, expr) for name, expr in (probes or {}).items()})
             h = min(int(out["height"] or 900), 16000)
             b.send("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": h, "deviceScaleFactor": 1, "mobile": False}, session)
             b.pump(0.5)

@@ -169,38 +169,40 @@ def _f(v: float | None, spec: str = "{:.1f}") -> str:
 
 
 def format_summary(r: CanaryResult) -> str:
-    """Plain text (the CLI prints it without markup)."""
-    share = "mirrored share" if r.mode == "shadow" else "candidate weight"
-    head = {"complete": "COMPLETE: the last step passed", "rolled_back": "ROLLED BACK: the candidate gets no traffic",
-            "running": "UNDECIDED: stopped before the roll-out completed"}[r.status]
-    t = r.totals
+    """Plain text (the CLI prints it without markup), in the current language (``specgauge.i18n``)."""
+    from specgauge.i18n import t, translate, word
+
+    share = t("canary.sum.share_shadow") if r.mode == "shadow" else t("canary.sum.share_live")
+    tt = r.totals
     lines = [
-        f"canary ({r.mode}): {head}",
-        f"  {share} {r.weight:g}% (steps {', '.join(f'{s:g}' for s in r.steps)}), {r.evaluations} evaluations, "
-        f"{r.failed_evaluations} failed (limit {r.failure_limit}), {r.duration_s:.0f} s",
+        t("canary.sum.head", mode=word("canary.mode", r.mode), head=t(f"canary.head.{r.status}")),
+        t("canary.sum.progress", share=share, w=f"{r.weight:g}", steps=", ".join(f"{s:g}" for s in r.steps), n=r.evaluations,
+          failed=r.failed_evaluations, limit=r.failure_limit, s=f"{r.duration_s:.0f}"),
     ]
     if r.rollback_reason:
-        lines.append(f"  why: {r.rollback_reason}")
-    req = t["requests"]
-    lines.append(f"  requests: baseline {sum(req['baseline'].values())} {req['baseline']}, candidate "
-                 f"{sum(req['candidate'].values())} {req['candidate']}; failed: {t['failed']}")
-    lines.append(f"  retried on the baseline before the first byte: {t['retried_on_baseline']}; failures clients saw: "
-                 f"{t['client_visible_failures']} (candidate streams broken after bytes: {t['candidate_broken_after_bytes']})")
+        lines.append(t("canary.sum.why", text=translate(r.rollback_reason)))
+    req = tt["requests"]
+    lines.append(t("canary.sum.requests", nb=sum(req["baseline"].values()), b=req["baseline"], nc=sum(req["candidate"].values()),
+                   c=req["candidate"], failed=tt["failed"]))
+    lines.append(t("canary.sum.retried", r=tt["retried_on_baseline"], v=tt["client_visible_failures"],
+                   broken=tt["candidate_broken_after_bytes"]))
     if r.greedy_pairs:
-        lines.append(f"  greedy outputs: {t['greedy_pairs_matched']} of {r.greedy_pairs} pairs identical "
-                     f"({_f(r.exact_match_rate and r.exact_match_rate * 100)}%)")
+        lines.append(t("canary.sum.greedy", m=tt["greedy_pairs_matched"], n=r.greedy_pairs,
+                       pct=_f(r.exact_match_rate and r.exact_match_rate * 100)))
     else:
-        lines.append("  greedy outputs: no pairs (send temperature 0 requests; --shadow mirrors them)")
+        lines.append(t("canary.sum.no_greedy"))
     if r.shadow_skipped:
-        lines.append(f"  mirrored copies not sent (too many in flight): {r.shadow_skipped}")
+        lines.append(t("canary.sum.shadow_skipped", n=r.shadow_skipped))
     if r.windows:
-        lines.append("  evaluations:")
-        lines.append(f"    {'weight':>6} {'outcome':<12} {'action':<9} {'score':>5} {'n_b':>5} {'n_c':>5} {'fail_c':>6} "
-                     f"{'TTFT95 b/c ms':>15} {'E2E95 b/c ms':>15} {'accept':>6}")
+        lines.append(t("canary.sum.evaluations"))
+        lines.append(f"    {t('canary.sum.c.weight'):>6} {t('canary.sum.c.outcome'):<12} {t('canary.sum.c.action'):<9} "
+                     f"{t('canary.sum.c.score'):>5} {'n_b':>5} {'n_c':>5} {'fail_c':>6} "
+                     f"{'TTFT95 b/c ms':>15} {'E2E95 b/c ms':>15} {t('canary.sum.c.accept'):>6}")
         for w in r.windows:
             ttft = f"{_f(w.p95_ms['ttft']['baseline'], '{:.0f}')}/{_f(w.p95_ms['ttft']['candidate'], '{:.0f}')}"
             e2e = f"{_f(w.p95_ms['e2e']['baseline'], '{:.0f}')}/{_f(w.p95_ms['e2e']['candidate'], '{:.0f}')}"
-            lines.append(f"    {w.weight:>6g} {w.outcome:<12} {w.action + ('->' + format(w.to_weight, 'g') if w.to_weight != w.weight else ''):<9} "
+            action = word("canary.action", w.action) + ("->" + format(w.to_weight, "g") if w.to_weight != w.weight else "")
+            lines.append(f"    {w.weight:>6g} {word('canary.outcome', w.outcome):<12} {action:<9} "
                          f"{_f(w.score, '{:.0f}'):>5} {w.baseline:>5} {w.candidate:>5} {w.candidate_failed:>6} {ttft:>15} {e2e:>15} "
                          f"{_f(w.acceptance_rate and w.acceptance_rate * 100, '{:.0f}%'):>6}")
     return "\n".join(lines)

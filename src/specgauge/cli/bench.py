@@ -43,7 +43,7 @@ def bench(
     ray_workers: Annotated[int | None, typer.Option("--ray-workers", min=1, help="Send from N async Ray actors (the optional ray extra), one schedule shared out; records stream back to one results.jsonl.")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster for --ray-workers; default RAY_ADDRESS, the latest cluster here, else a local one.")] = None,
     server_log: Annotated[Path | None, typer.Option("--server-log", help="The server's log file (vLLM): model-weight and KV-cache memory are read from its start-up lines.")] = None,
-    memory_tool_timeout: Annotated[float, typer.Option("--memory-tool-timeout", min=0.1, help="Seconds nvidia-smi / amd-smi / rocm-smi may take before being stopped (then no device memory).")] = 5.0,
+    memory_tool_timeout: Annotated[float, typer.Option("--memory-tool-timeout", help="Seconds nvidia-smi / amd-smi / rocm-smi may take before being stopped (then no device memory).")] = 5.0,
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="The JSON the server runs with (vLLM's --speculative-config), when the server does not say: the run's outputs are replayed through the same drafter and its acceptance set beside the server's.")] = None,
     lang: LangOpt = None,
 ) -> None:
@@ -78,7 +78,9 @@ def bench(
         )
         result = run_bench(cfg, console=err_console)
         console.print(format_summary(result.summary, lang), highlight=False, markup=False)
-        console.print(f"results: {result.output_dir}", highlight=False)
+        from specgauge.i18n import t
+
+        console.print(t("cli.results", path=result.output_dir), highlight=False)
         failed |= result.exit_code != 0
     if failed:
         raise typer.Exit(1)

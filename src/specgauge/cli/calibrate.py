@@ -12,6 +12,7 @@ import typer
 
 from specgauge.cli.common import (
     JsonOpt,
+    LangOpt,
     ServerNiceOpt,
     TokOpt,
     WorkloadArg,
@@ -89,6 +90,7 @@ def calibrate(
     tokenizer: TokOpt = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where the runs and cost_profile.json go.")] = Path("specgauge-calibration"),
     as_json: JsonOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """Fit YOUR server's step-cost law from a few short bench runs; writes cost_profile.json for predict / simulate / sweep."""
     from specgauge.calibrate import CalibrateConfig, run_calibration
@@ -132,6 +134,7 @@ def predict(
     num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="Requests per run as bench would send them (default: each once).")] = None,
     tokenizer: TokOpt = None,
     as_json: JsonOpt = False,
+    lang: LangOpt = None,
 ) -> None:
     """Predicted speedup (compare's statistic, with band), latency and throughput per method × k × concurrency."""
     from specgauge.predict import StepCostProfile, predict_cells

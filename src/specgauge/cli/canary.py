@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from specgauge.cli.common import console, err_console, user_errors
+from specgauge.cli.common import LangOpt, console, err_console, user_errors
 from specgauge.config import MIN_SPEEDUP
 
 
@@ -21,17 +21,20 @@ def _names(text: str) -> list[str]:
 
 
 def _event_line(e: dict[str, Any]) -> str | None:
+    from specgauge.i18n import t, translate, word
+
     kind = e.get("event")
     if kind in ("start", "resume"):
         st = e.get("state", {})
-        return f"{kind}: weight {st.get('weight'):g}%, {st.get('failed_evaluations', 0)} failed evaluations so far"
+        return t(f"canary.ev.{kind}", w=f"{st.get('weight'):g}", n=st.get("failed_evaluations", 0))
     if kind == "evaluation":
         d, j, w = e["decision"], e["judgement"], e["window"]
-        return (f"[{w['weight']:g}%] {j['outcome']} -> {d['action']}"
-                f"{' to ' + format(d['to_weight'], 'g') + '%' if d['to_weight'] != d['from_weight'] else ''}"
-                f" (baseline {w['requests']['baseline']}, candidate {w['requests']['candidate']}): {d['reason']}")
+        to = t("canary.ev.to", w=format(d["to_weight"], "g")) if d["to_weight"] != d["from_weight"] else ""
+        return t("canary.ev.eval", w=f"{w['weight']:g}", outcome=word("canary.outcome", j["outcome"]),
+                 action=word("canary.action", d["action"]), to=to, nb=w["requests"]["baseline"], nc=w["requests"]["candidate"],
+                 reason=translate(d["reason"]))
     if kind == "error":
-        return f"evaluation error (the proxy keeps serving): {e.get('error')}"
+        return t("canary.ev.error", error=translate(str(e.get("error"))))
     return None
 
 
@@ -57,8 +60,8 @@ def canary(
     metrics: Annotated[str, typer.Option("--metrics", help="Latency metrics the relative judge compares.")] = "ttft,tpot,e2e",
     speed_metric: Annotated[str, typer.Option("--speed-metric", help="Metric whose speedup allows promotion beyond --max-weight-without-speedup.")] = "tpot",
     min_samples: Annotated[int, typer.Option("--min-samples", min=2, help="Successful requests per side before a window is judged.")] = 20,
-    confidence: Annotated[float, typer.Option("--confidence", min=0.5, max=0.9999, help="Confidence of the shift and p95 intervals.")] = 0.99,
-    alpha: Annotated[float, typer.Option("--alpha", min=1e-6, max=0.5, help="Significance of the failure tests.")] = 0.01,
+    confidence: Annotated[float, typer.Option("--confidence", help="Confidence of the shift and p95 intervals.")] = 0.99,
+    alpha: Annotated[float, typer.Option("--alpha", help="Significance of the failure tests.")] = 0.01,
     max_divergence: Annotated[float, typer.Option("--max-divergence", min=0, max=1, help="Share of greedy output pairs allowed to differ.")] = 0.02,
     min_pairs: Annotated[int, typer.Option("--min-pairs", min=1, help="Greedy pairs needed before exact match is judged.")] = 5,
     pass_score: Annotated[float, typer.Option("--pass-score", min=0, max=100, help="Score (share of decided checks passed) a window needs.")] = 95.0,
@@ -78,6 +81,7 @@ def canary(
     candidate_dialect: Annotated[str, typer.Option("--candidate-dialect", help="auto, vllm, llamacpp, sglang, embedded: how to read its counters.")] = "auto",
     tag_responses: Annotated[bool, typer.Option("--tag-responses/--no-tag-responses", help="Add X-Specgauge-Canary: baseline|candidate to responses.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json at the end instead of text.")] = False,
+    lang: LangOpt = None,
 ) -> None:
     """Canary roll-out: a proxy that sends a growing, sticky share of live traffic to the speculative
     deployment, judges it each interval against the baseline, and falls back on its own.
@@ -121,9 +125,11 @@ def canary(
             err_console.print(line, highlight=False, markup=False)
 
     def on_ready(url: str) -> None:
-        mode = "mirroring to" if shadow else "routing to"
-        err_console.print(f"canary proxy on {url} ({mode} the candidate by steps {steps}, every {interval}); "
-                          f"decisions: {out_dir / 'decisions.jsonl'}; Ctrl-C stops", highlight=False, markup=False)
+        from specgauge.i18n import t
+
+        mode = t("canary.ready.mirror") if shadow else t("canary.ready.route")
+        err_console.print(t("canary.ready", url=url, mode=mode, steps=steps, interval=interval, path=out_dir / "decisions.jsonl"),
+                          highlight=False, markup=False)
 
     result = run_canary(cfg, on_event=on_event, on_ready=on_ready)
     if as_json:
@@ -132,5 +138,7 @@ def canary(
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
     else:
         console.print(format_summary(result), highlight=False, markup=False)
-        console.print(f"summary: {out_dir / 'summary.json'}", highlight=False, markup=False)
+        from specgauge.i18n import t
+
+        console.print(t("canary.summary_path", path=out_dir / "summary.json"), highlight=False, markup=False)
     raise typer.Exit(result.exit_code)

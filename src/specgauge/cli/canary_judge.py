@@ -11,7 +11,8 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli.common import console, user_errors
+from specgauge.cli.common import LangOpt, console, user_errors
+from specgauge.config import MIN_SPEEDUP
 
 
 @user_errors
@@ -23,11 +24,12 @@ def canary_judge(
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight per side.")] = 4,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Cap each request's max_tokens (shorter analyses).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name to send (default: the candidate's first /v1/models entry).")] = None,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Practical margin of the relative judge.")] = 1.05,
-    min_samples: Annotated[int, typer.Option("--min-samples", help="Successful requests per side before judging (else INCONCLUSIVE).")] = 10,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Practical margin of the relative judge.")] = MIN_SPEEDUP,
+    min_samples: Annotated[int, typer.Option("--min-samples", help="Successful requests per side before judging (else INCONCLUSIVE); at most --requests.")] = 20,
     host: Annotated[str, typer.Option("--host", help="Listen address (0.0.0.0 in a pod).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Listen port.")] = 8080,
     api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Environment variable holding the upstreams' API key (never printed).")] = None,
+    lang: LangOpt = None,
 ) -> None:
     """Serve the canary judge for Argo Rollouts (web metric: GET/POST /v1/analysis) and Flagger (webhook: POST /v1/flagger)."""
     from specgauge.canary.analysis_service import AnalysisConfig, AnalysisThread
@@ -41,6 +43,7 @@ def canary_judge(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with AnalysisThread(cfg) as svc:
-        console.print(f"canary judge on {svc.base_url}: Argo web metric GET/POST {svc.base_url}/v1/analysis, "
-                      f"Flagger webhook POST {svc.base_url}/v1/flagger", highlight=False)
+        from specgauge.i18n import t
+
+        console.print(t("canary.judge_ready", url=svc.base_url), highlight=False)
         stop.wait()

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from specgauge.units import parse_int_list  # noqa: F401  (the CLI modules import it from here)
 
@@ -35,10 +37,21 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as e:
-            err_console.print(f"[bold red]error:[/bold red] {e}", highlight=False, markup=True)
+            from specgauge.i18n import t, translate
+
+            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {translate(str(e))}", highlight=False, markup=True)
+            raise typer.Exit(2) from None
+        except ValidationError as e:  # a config built from the flags: pydantic's bounds are the flags' bounds
+            from specgauge.config import format_validation_error
+            from specgauge.i18n import t, translate
+
+            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {escape(translate(format_validation_error(e)))}",
+                              highlight=False, markup=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            err_console.print("interrupted")
+            from specgauge.i18n import t
+
+            err_console.print(t("cli.interrupted"))
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
@@ -56,7 +69,17 @@ TokOpt = Annotated[str | None, typer.Option("--tokenizer", help="HF tokenizer di
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Use at most this many requests.")]
 ServerNiceOpt = Annotated[int, typer.Option("--server-nice", min=0, max=19, help="Start servers this much nicer than the load generator (0-19): where the client shares cores with the server, a busy server cannot delay the client's chunk timestamps (bench warns when its event loop ran late).")]
-LangOpt = Annotated[str | None, typer.Option("--lang", help="Language of the report, verdict lines and console summaries: en or ko (default: from the locale; LANG/LC_ALL starting with ko gives ko).")]
+def _lang_option(ctx: typer.Context, value: str | None) -> str:
+    """``--lang``: the language of everything the command prints or writes, for the whole command (the
+    option opens ``i18n.use_lang`` on the command's context; it closes when the command ends)."""
+    from specgauge.i18n import LANGS, use_lang
+
+    if value is not None and value not in LANGS:
+        raise typer.BadParameter(f"{value!r}: choose one of {', '.join(LANGS)}")
+    return ctx.with_resource(use_lang(value, process=True))
+
+
+LangOpt = Annotated[str | None, typer.Option("--lang", callback=_lang_option, help="Language of everything this command prints or writes (console, report, verdict lines, notes): en or ko (default: from the locale; LANG/LC_ALL starting with ko gives ko).")]
 
 
 def workload_paths(paths: list[Path] | None) -> list[Path]:

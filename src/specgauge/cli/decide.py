@@ -28,7 +28,7 @@ def compare(
     scorer: Annotated[str | None, typer.Option("--scorer", help="module:function (baseline_text, candidate_text) -> float; > 0 means candidate better.")] = None,
     max_divergence: Annotated[float, typer.Option("--max-divergence", min=0, max=1, help="Share of temperature-0 outputs allowed to differ before NO-GO.")] = 0.02,
     max_failure_increase: Annotated[float, typer.Option("--max-failure-increase", min=0, max=1, help="Failure-rate rise (absolute) tolerated.")] = 0.005,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Practical margin: GO needs the whole speedup CI above it; a CI inside [1/m, m] is 'equivalent within the margin' and a CI below it 'no gain worth turning on' (both NO-GO).")] = MIN_SPEEDUP,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Practical margin: GO needs the whole speedup CI above it; a CI inside [1/m, m] is 'equivalent within the margin' and a CI below it 'no gain worth turning on' (both NO-GO).")] = MIN_SPEEDUP,
     min_pairs: Annotated[int, typer.Option("--min-pairs", min=1, help="Paired requests needed before judging.")] = 10,
     resamples: Annotated[int, typer.Option("--resamples", min=2000, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
@@ -79,9 +79,11 @@ def report(
     from specgauge.report.html import ReportConfig, write_report
 
     res = write_report(ReportConfig(inputs=inputs, out=out, redact=redact, json_out=json_out, csv_out=csv_out, title=title, lang=lang))
+    from specgauge.i18n import t, translate
+
     for note in res.notes:
-        err_console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    console.print(f"report written to {out.resolve()}", highlight=False)
+        err_console.print(f"[yellow]{t('console.note')}[/yellow] {escape(translate(note))}", highlight=False)
+    console.print(t("cli.report_written", path=out.resolve()), highlight=False)
     for p in (json_out, csv_out):
         if p is not None:
-            console.print(f"also {p.resolve()}", highlight=False)
+            console.print(t("cli.also", path=p.resolve()), highlight=False)

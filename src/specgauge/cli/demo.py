@@ -23,7 +23,7 @@ def demo(
     max_concurrency: Annotated[int, typer.Option("--max-concurrency", min=1)] = 4,
     k: Annotated[str, typer.Option("--k", help="Proposal lengths to replay offline and predict.")] = "1-8",
     calibration_prompts: Annotated[int, typer.Option("--calibration-prompts", min=4, help="Requests per calibration run.")] = 24,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Practical margin, as compare's.")] = MIN_SPEEDUP,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Practical margin, as compare's.")] = MIN_SPEEDUP,
     lang: LangOpt = None,
 ) -> None:
     """The whole job on the embedded default: profile, replay, calibrate, predict, live A/B, verdict beside the prediction, HTML report."""

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli.common import console, parse_int_list, user_errors, workload_paths
+from specgauge.cli.common import LangOpt, console, parse_int_list, user_errors, workload_paths
 from specgauge.config import MIN_SPEEDUP
 
 
@@ -26,11 +26,12 @@ def recommend(
     k: Annotated[str, typer.Option("--k", help="With --cost-profile: proposal lengths, e.g. 1-8 or 2,4,8.")] = "1-8",
     concurrency: Annotated[str, typer.Option("--concurrency", help="With --cost-profile: concurrencies to predict, e.g. 1,2,4,8,16.")] = "1,2,4,8,16",
     num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="With --cost-profile: requests replayed (cycling the workload).")] = None,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="The margin: a config is chosen only when its interval's low end clears it.")] = MIN_SPEEDUP,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="The margin: a config is chosen only when its interval's low end clears it.")] = MIN_SPEEDUP,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="vLLM's --max-num-seqs: where the schedule's last range ends.")] = 256,
     model: Annotated[str, typer.Option("--model", help="The model name written into the flags.")] = "MODEL",
     as_json: Annotated[bool, typer.Option("--json", help="Print the recommendation as JSON instead of tables.")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the recommendation as JSON to this file (specgauge report takes it).")] = None,
+    lang: LangOpt = None,
 ) -> None:
     """Best config per concurrency band and segment, the crossover, and ready vLLM / llama.cpp / SGLang flags."""
     from specgauge.recommend import PredictedRecommendConfig, RecommendSettings, recommend_from_profile, recommend_from_sweep

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specgauge.cli.common import err_console, user_errors
+from specgauge.cli.common import LangOpt, err_console, user_errors
 from specgauge.config import ConfigError
 
 
@@ -24,20 +24,25 @@ def serve(
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="The model's name in the API and in /metrics labels. Default: the model directory's name (never its path).")] = None,
     per_request_spec_decode_metrics: Annotated[str | None, typer.Option("--per-request-spec-decode-metrics", help="summary | detailed: metrics.speculative_decoding in responses, as vLLM.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="torch CPU threads (1 is best for tiny models on a busy machine).")] = None,
+    lang: LangOpt = None,
 ) -> None:
     """Serve the embedded reference engine (CPU) with vLLM's metric names."""
-    from specgauge.engine.model import ModelLoadError
     from specgauge.engine.serve import serve as run
+    from specgauge.nn.transformer import ModelLoadError
 
     if model is None:
         model = Path(__file__).resolve().parent.parent / "models" / "tiny-target"
     if per_request_spec_decode_metrics not in (None, "summary", "detailed"):
         raise typer.BadParameter("must be summary or detailed", param_hint="--per-request-spec-decode-metrics")
     try:
-        err_console.print(f"serving {model} on http://{host}:{port} (Ctrl-C to stop)")
+        from specgauge.i18n import t
+
+        err_console.print(t("cli.serving", model=model, url=f"http://{host}:{port}"))
         run(model, speculative_config, host=host, port=port, api_key=api_key, max_batch=max_batch,
             max_model_len=max_model_len, dtype=dtype, served_model_name=served_model_name,
             per_request_spec_decode_metrics=per_request_spec_decode_metrics, num_threads=threads)
     except (ConfigError, ModelLoadError, ValueError) as e:
-        err_console.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        from specgauge.i18n import t, translate
+
+        err_console.print(f"[bold red]{t('cli.error')}[/bold red] {translate(str(e))}", highlight=False)
         raise typer.Exit(2) from None

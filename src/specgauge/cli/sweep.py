@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from specgauge.cli.common import (
+    LangOpt,
     ServerNiceOpt,
     WorkloadArg,
     console,
@@ -49,12 +50,13 @@ def sweep(
     cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="A fitted step-cost profile (specgauge calibrate): predicted beside measured for every cell.")] = None,
     time_budget: Annotated[str | None, typer.Option("--time-budget", help="Stop starting cells after this long, e.g. 30m, 1h30m; cells not run are listed as skipped.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a sweep in the same output directory: finished cells are skipped, a broken one continued.")] = False,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", min=0.01, help="Threshold of the crossover (where a config stops paying).")] = 1.0,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Threshold of the crossover (where a config stops paying).")] = 1.0,
     warmup: Annotated[int, typer.Option("--num-warmups", min=0, help="Warm-up requests per cell, sent first and never recorded.")] = 1,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request timeout (s).")] = 600.0,
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token for the servers (never written to results).")] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Sweep directory: sweep.json, report.html, one bench directory per cell.")] = Path("results/sweep"),
     as_json: Annotated[bool, typer.Option("--json", help="Print the analysis as JSON instead of tables.")] = False,
+    lang: LangOpt = None,
 ) -> None:
     """Bench a grid of speculative configs × concurrencies, one server per config: speedup with CIs, Pareto front, crossover."""
     from specgauge.config import ConfigError
@@ -75,9 +77,9 @@ def sweep(
         given = {c.label for c in configs}
         inferred = [config_from_label(name) for name in urls if name not in given]
         if any(c.speculative_config for c in inferred):
-            err_console.print("note: configs of --url servers without a --config come from their names "
-                              "(n-gram lookup window 2..5); pass --config 'NAME={...}' when the server runs something else",
-                              highlight=False, markup=False)
+            from specgauge.i18n import t
+
+            err_console.print(t("cli.url_configs"), highlight=False, markup=False)
         configs += inferred
         target = ServerTarget.from_urls(urls)
     elif server_cmd:
@@ -104,9 +106,11 @@ def sweep(
 
     store_recommendation(m, result.out_dir)  # computed once here; the report renders it
     report = result.out_dir / "report.html"
-    write_report(ReportConfig(inputs=[result.out_dir], out=report, title=f"specgauge sweep: {result.out_dir.resolve().name}"))
+    from specgauge.i18n import t
+
+    write_report(ReportConfig(inputs=[result.out_dir], out=report, title=t("cli.sweep_title", name=result.out_dir.resolve().name)))
     if not as_json:
-        console.print(f"sweep: {result.out_dir / 'sweep.json'}\nreport: {report}", highlight=False, markup=False)
-        console.print(f"next: specgauge recommend {result.out_dir}", highlight=False, markup=False)
+        console.print(t("cli.sweep_done", sweep=result.out_dir / "sweep.json", report=report), highlight=False, markup=False)
+        console.print(t("cli.next", cmd=f"specgauge recommend {result.out_dir}"), highlight=False, markup=False)
     if result.failed:
         raise typer.Exit(1)

@@ -34,11 +34,11 @@ from torch import Tensor
 
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import Drafter, make_drafter
-from specgauge.drafters.draft_model import torch_dtype
-from specgauge.engine.model import ModelArgs, load_model
 from specgauge.engine.sampling import SamplingParams, logits_to_probs, make_generator
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.engine.verify import rejection_sample
+from specgauge.nn.transformer import ModelArgs
+from specgauge.nn.weights import load_model, torch_dtype
 
 _log = logging.getLogger("specgauge.engine")
 

@@ -32,7 +32,8 @@ def build_app(
     from transformers import AutoTokenizer
 
     from specgauge.engine.core import Engine
-    from specgauge.engine.server import ServerSettings, create_app
+    from specgauge.engine.server import create_app
+    from specgauge.engine.service import ServerSettings
 
     if per_request_spec_decode_metrics not in (None, "summary", "detailed"):
         raise ValueError("per_request_spec_decode_metrics must be 'summary' or 'detailed'")

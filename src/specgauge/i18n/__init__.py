@@ -8,12 +8,19 @@ is the locale (``LC_ALL``, ``LC_MESSAGES``, ``LANG``) for the default language.
 
 - ``t(key, **params)``: the catalogue entry in the current language (English when the entry has no
   translation).
+- ``word(prefix, value)``: a stored machine word (status, action) shown through entry ``prefix.value``.
 - ``en(key, **params)``: the English text, for messages stored in results (verdict reasons are data
   in ``compare.json``; they are shown translated at display time).
 - ``translate(text)``: a message built by ``en`` (read back from a result file or freshly made)
   shown in the current language: the catalogue's English templates are matched against it and its
   parameters are carried over; text that matches no template comes back unchanged.
-- ``use_lang(lang)``: a context in which ``t`` and ``translate`` use ``lang``.
+- ``use_lang(lang)``: a context in which ``t`` and ``translate`` use ``lang``. The CLI's ``--lang``
+  (``cli.common.LangOpt``) opens one around the whole command; outside any, the locale decides.
+
+Where an entry goes: ``catalogue.py`` assembles the area tables (``workload_text``, ``sweep_text``,
+``canary_text``, ``predict_text``, ``audit_text``, ``cli_text``) into one ``MESSAGES``; a table's
+``STORED`` part holds the messages the library writes into results in English (with ``en``) and the
+renderers show with ``translate``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from specgauge.errors import UserError
 from specgauge.i18n.catalogue import MESSAGES, PATTERN_KEYS, TERMS
 
 LANGS = ("en", "ko")
-_lang: ContextVar[str] = ContextVar("specgauge_lang", default="en")
+_lang: ContextVar[str | None] = ContextVar("specgauge_lang", default=None)  #: None: the locale's
 
 
 class LanguageError(UserError):
@@ -49,16 +56,21 @@ def default_lang(env: Mapping[str, str] | None = None) -> str:
 
 
 def check_lang(lang: str | None) -> str:
-    """``lang`` validated (None: the locale's default)."""
+    """``lang`` validated (None: the current language: the CLI's ``--lang``, else the locale's)."""
     if lang is None:
-        return default_lang()
+        return get_lang()
     if lang not in LANGS:
         raise LanguageError(f"--lang {lang!r}: choose one of {', '.join(LANGS)}")
     return lang
 
 
+#: the language a command set for the whole process (``use_lang(..., process=True)``): threads the command
+#: starts (the canary proxy's loop, a server thread) begin with an empty context and read this
+_process_lang: list[str] = []
+
+
 def get_lang() -> str:
-    return _lang.get()
+    return _lang.get() or (_process_lang[-1] if _process_lang else None) or default_lang()
 
 
 def set_lang(lang: str | None) -> str:
@@ -68,12 +80,18 @@ def set_lang(lang: str | None) -> str:
 
 
 @contextmanager
-def use_lang(lang: str | None) -> Iterator[str]:
+def use_lang(lang: str | None, process: bool = False) -> Iterator[str]:
+    """``lang`` (None: the current language) in this context; ``process``: also in threads started
+    meanwhile (what the CLI's ``--lang`` does)."""
     token = _lang.set(check_lang(lang))
+    if process:
+        _process_lang.append(get_lang())
     try:
-        yield _lang.get()
+        yield get_lang()
     finally:
         _lang.reset(token)
+        if process:
+            _process_lang.pop()
 
 
 def _text(key: str, lang: str) -> str:
@@ -85,8 +103,15 @@ def _text(key: str, lang: str) -> str:
 
 def t(key: str, **params: object) -> str:
     """The catalogue text for ``key`` in the current language, with ``params`` filled in."""
-    s = _text(key, _lang.get())
+    s = _text(key, get_lang())
     return s.format(**params) if params else s
+
+
+def word(prefix: str, value: str) -> str:
+    """A machine word stored in results (a status, an action, an outcome) in the current language:
+    the entry ``prefix.value`` when the catalogue has one, else ``value`` as it is."""
+    key = f"{prefix}.{value}"
+    return t(key) if key in MESSAGES else value
 
 
 def en(key: str, **params: object) -> str:
@@ -134,7 +159,7 @@ def translate(text: str, lang: str | None = None) -> str:
     """``text`` (made by ``en``) in ``lang`` (default: the current language); unchanged when it
     matches no catalogue template or the language is English. Parameters are translated the same
     way (a confidence interval inside a reason), else word by word from ``TERMS``."""
-    lang = lang or _lang.get()
+    lang = lang or get_lang()
     if lang == "en" or not text:
         return text
     for key in _by_specificity():  # the template with the most literal text wins: placeholders are lazy but unbounded

@@ -1,8 +1,11 @@
 """The catalogue: every user-facing string of the report, the verdict lines and the console summaries,
 English and Korean side by side. ``{name}`` placeholders take values the caller formatted (numbers
 look the same in both languages). Keys: ``report.*`` (HTML), ``verdict.*`` (reasons, notes and
-findings stored in results, translated when shown), ``bench.*`` / ``compare.*`` / ``memory.*`` /
-``demo.*`` (console).
+findings stored in results, translated when shown); the console summaries and every other area's
+words live in the area modules beside this one (``console_text``, ``workload_text``, ``sweep_text``,
+``canary_text``, ``predict_text``, ``audit_text``, ``cli_text``) and are merged here into one
+``MESSAGES``. An area's ``ENTRIES`` are shown with ``t``; its ``STORED`` messages are written into
+results in English with ``en`` and shown with ``translate``.
 
 Korean style: plain declarative (…다/…음), technical abbreviations kept where Korean engineers use
 them (TTFT, TPOT, ITL, E2E, KV, MAL, SLO, KS, TVD, GPU), units unchanged (ms, MiB, GiB, tok/s, %, ×).
@@ -10,11 +13,16 @@ them (TTFT, TPOT, ITL, E2E, KV, MAL, SLO, KS, TVD, GPU), units unchanged (ms, Mi
 
 from __future__ import annotations
 
+import specgauge.i18n.audit_text as audit_text
+import specgauge.i18n.canary_text as canary_text
+import specgauge.i18n.cli_text as cli_text
+import specgauge.i18n.predict_text as predict_text
+import specgauge.i18n.sweep_text as sweep_text
+from specgauge.i18n.console_text import BENCH, COMPARE, DEMO, MEMORY
+from specgauge.i18n.entries import Entries, merge
 from specgauge.i18n.workload_text import WORKLOAD
 
-M = dict[str, dict[str, str]]
-
-VERDICT: M = {
+VERDICT: Entries = {
     # findings (GroupVerdict.finding values) and verdict names
     "verdict.finding.gain": {"en": "gain beyond the margin", "ko": "마진을 넘는 향상"},
     "verdict.finding.equivalent": {"en": "equivalent within the margin", "ko": "마진 안에서 동등"},
@@ -97,7 +105,7 @@ VERDICT: M = {
 }
 
 #: compare's diagnosis (``stats.diagnosis``): which part failed; appended to the verdict as "cause: …"
-DIAGNOSIS: M = {
+DIAGNOSIS: Entries = {
     "diagnosis.cause": {"en": "cause: {text}", "ko": "원인: {text}"},
     "diagnosis.note": {"en": "diagnosis: {text}", "ko": "진단: {text}"},
     "diagnosis.not_compared": {"en": "outputs were not compared", "ko": "출력을 비교하지 않음"},
@@ -153,7 +161,7 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("n/a", {"ko": "해당 없음"}),
 ], key=lambda kv: -len(kv[0]))
 
-REPORT: M = {
+REPORT: Entries = {
     "report.title": {"en": "specgauge report", "ko": "specgauge 보고서"},
     "report.generated": {"en": "generated {when} · {n} input(s)", "ko": "생성 {when} · 입력 {n}개"},
     "report.redacted": {"en": "prompts and outputs REDACTED (sha256 prefixes)", "ko": "프롬프트와 출력은 가림 처리됨 (sha256 앞자리)"},
@@ -298,151 +306,12 @@ REPORT: M = {
     "report.fig.measured_compare": {"en": "measured (compare, 95 % CI): {cand} vs {base}", "ko": "실측 (비교, 95 % 신뢰구간): {cand} 대 {base}"},
 }
 
-MEMORY: M = {
-    "memory.device_peak_used_mib": {"en": "device memory used, peak (largest device)", "ko": "장치 메모리 사용량 최댓값 (가장 큰 장치)"},
-    "memory.kv_capacity_bytes": {"en": "KV cache capacity", "ko": "KV 캐시 용량"},
-    "memory.kv_peak_usage": {"en": "KV cache usage, peak", "ko": "KV 캐시 사용률 최댓값"},
-    "memory.kv_peak_bytes": {"en": "KV cache in use at peak", "ko": "최대 시점에 사용 중인 KV 캐시"},
-    "memory.target_weight_bytes": {"en": "target model weights", "ko": "대상 모델 가중치"},
-    "memory.draft_weight_bytes": {"en": "draft model weights", "ko": "드래프트 모델 가중치"},
-    "memory.draft_plus_kv_bytes": {"en": "draft + KV memory", "ko": "드래프트 + KV 메모리"},
-    "memory.not_measured": {"en": "device memory not measured: {why}", "ko": "장치 메모리 측정 안 됨: {why}"},
-}
+_AREAS = (audit_text, canary_text, cli_text, predict_text, sweep_text)
 
-BENCH: M = {
-    "bench.title": {"en": " Serving Benchmark Result ", "ko": " 서빙 벤치마크 결과 "},
-    "bench.successful": {"en": "Successful requests:", "ko": "성공한 요청:"},
-    "bench.failed": {"en": "Failed requests:", "ko": "실패한 요청:"},
-    "bench.max_conc": {"en": "Maximum request concurrency:", "ko": "최대 요청 동시성:"},
-    "bench.rate": {"en": "Request rate configured (RPS):", "ko": "설정한 요청 속도 (RPS):"},
-    "bench.duration": {"en": "Benchmark duration (s):", "ko": "벤치마크 시간 (s):"},
-    "bench.in_tokens": {"en": "Total input tokens:", "ko": "총 입력 토큰:"},
-    "bench.out_tokens": {"en": "Total generated tokens:", "ko": "총 생성 토큰:"},
-    "bench.req_tput": {"en": "Request throughput (req/s):", "ko": "요청 처리량 (req/s):"},
-    "bench.goodput": {"en": "Request goodput (req/s):", "ko": "요청 굿풋 (req/s):"},
-    "bench.out_tput": {"en": "Output token throughput (tok/s):", "ko": "출력 토큰 처리량 (tok/s):"},
-    "bench.peak_tput": {"en": "Peak output token throughput (tok/s):", "ko": "최대 출력 토큰 처리량 (tok/s):"},
-    "bench.peak_conc": {"en": "Peak concurrent requests:", "ko": "최대 동시 요청:"},
-    "bench.total_tput": {"en": "Total token throughput (tok/s):", "ko": "전체 토큰 처리량 (tok/s):"},
-    "bench.h.ttft": {"en": "Time to First Token", "ko": "첫 토큰까지 시간 (TTFT)"},
-    "bench.h.tpot": {"en": "Time per Output Token (excl. 1st token)", "ko": "출력 토큰당 시간 (첫 토큰 제외, TPOT)"},
-    "bench.h.itl": {"en": "Inter-token Latency (per token)", "ko": "토큰 간 지연 시간 (토큰별, ITL)"},
-    "bench.h.e2el": {"en": "End-to-end Latency", "ko": "E2E 지연 시간"},
-    "bench.stat": {"en": "{stat} {short} (ms):", "ko": "{short} {stat} (ms):"},
-    "bench.stat.mean": {"en": "Mean", "ko": "평균"},
-    "bench.stat.median": {"en": "Median", "ko": "중앙값"},
-    "bench.na_reason": {"en": "  (n/a: {reason})", "ko": "  (해당 없음: {reason})"},
-    "bench.na": {"en": "n/a", "ko": "해당 없음"},
-    "bench.h.spec": {"en": "Speculative Decoding", "ko": "추측 디코딩"},
-    "bench.acc_rate": {"en": "Acceptance rate (%):", "ko": "수락률 (%):"},
-    "bench.acc_len": {"en": "Acceptance length:", "ko": "수락 길이:"},
-    "bench.drafts": {"en": "Drafts:", "ko": "드래프트:"},
-    "bench.draft_tokens": {"en": "Draft tokens:", "ko": "드래프트 토큰:"},
-    "bench.accepted": {"en": "Accepted tokens:", "ko": "수락된 토큰:"},
-    "bench.per_pos": {"en": "Per-position acceptance (%):", "ko": "위치별 수락률 (%):"},
-    "bench.position": {"en": "  Position {i}:", "ko": "  위치 {i}:"},
-    "bench.source": {"en": "Source:", "ko": "출처:"},
-    "bench.agree": {"en": "Per-request sums equal counters:", "ko": "요청별 합계 = 카운터:"},
-    "bench.yes": {"en": "yes", "ko": "예"},
-    "bench.no": {"en": "NO", "ko": "아니오"},
-    "bench.warning": {"en": "warning: {text}", "ko": "경고: {text}"},
-    "bench.h.memory": {"en": "Memory", "ko": "메모리"},
-    "bench.mem.device": {"en": "Device {dev} peak used (MiB):", "ko": "장치 {dev} 최대 사용량 (MiB):"},
-    "bench.mem.device_total": {"en": "{used} of {total}", "ko": "{total} 중 {used}"},
-    "bench.mem.power": {"en": "Device {dev} peak power (W):", "ko": "장치 {dev} 최대 전력 (W):"},
-    "bench.mem.util": {"en": "Device {dev} mean utilisation (%):", "ko": "장치 {dev} 평균 사용률 (%):"},
-    "bench.mem.tool": {"en": "Device memory from:", "ko": "장치 메모리 출처:"},
-    "bench.mem.kv_usage": {"en": "KV cache usage, peak (%):", "ko": "KV 캐시 사용률 최댓값 (%):"},
-    "bench.mem.kv_capacity": {"en": "KV cache capacity (MiB):", "ko": "KV 캐시 용량 (MiB):"},
-    "bench.mem.kv_tokens": {"en": "KV cache capacity (tokens):", "ko": "KV 캐시 용량 (토큰):"},
-    "bench.mem.kv_peak": {"en": "KV cache in use at peak (MiB):", "ko": "최대 시점 KV 캐시 사용량 (MiB):"},
-    "bench.mem.target": {"en": "Target model weights (MiB):", "ko": "대상 모델 가중치 (MiB):"},
-    "bench.mem.draft": {"en": "Draft model weights (MiB):", "ko": "드래프트 모델 가중치 (MiB):"},
-    "bench.mem.draft_kv": {"en": "Draft + KV memory (MiB):", "ko": "드래프트 + KV 메모리 (MiB):"},
-    "bench.mem.none": {"en": "Memory: not measured ({why})", "ko": "메모리: 측정 안 됨 ({why})"},
-}
-
-COMPARE: M = {
-    "compare.baseline": {"en": "baseline ", "ko": "기준 "},
-    "compare.candidate": {"en": "candidate", "ko": "후보 "},
-    "compare.sim_table": {"en": "Simulated acceptance: baseline → candidate", "ko": "시뮬레이션 수락률: 기준 → 후보"},
-    "compare.table": {"en": "Candidate vs baseline ({conf}, {n} bootstrap resamples, {paired})",
-                      "ko": "후보 대 기준 ({conf}, 부트스트랩 재표본 {n}회, {paired})"},
-    "compare.conf": {"en": "{pct} % CI", "ko": "{pct} % 신뢰구간"},
-    "compare.paired": {"en": "paired", "ko": "짝지음"},
-    "compare.unpaired": {"en": "unpaired", "ko": "짝짓지 않음"},
-    "compare.c.delta_p95": {"en": "Δ {metric} p95 ms", "ko": "Δ {metric} p95 ms"},
-    "compare.c.speedup": {"en": "speedup", "ko": "속도 향상"},
-    "compare.c.delta_fail": {"en": "Δ fail %pt", "ko": "Δ 실패 %p"},
-    "compare.lat_table": {"en": "Latency overall, baseline → candidate (ms)", "ko": "전체 지연 시간, 기준 → 후보 (ms)"},
-    "compare.c.statistic": {"en": "statistic", "ko": "통계량"},
-    "compare.c.ratio": {"en": "ratio", "ko": "비율"},
-    "compare.c.delta_ci": {"en": "Δ ms [{conf}]", "ko": "Δ ms [{conf}]"},
-    "compare.requests": {"en": "requests: baseline {b} ({bf} failed), candidate {c} ({cf} failed); unpaired: {bo} only in baseline, {co} only in candidate, {fp} failed on a side",
-                         "ko": "요청: 기준 {b}개 (실패 {bf}), 후보 {c}개 (실패 {cf}); 짝 없음: 기준에만 {bo}개, 후보에만 {co}개, 한쪽에서 실패 {fp}개"},
-    "compare.tput_ratio": {"en": "run-level output throughput ratio (no CI): {ratio}", "ko": "실행 단위 출력 처리량 비율 (신뢰구간 없음): {ratio}"},
-    "compare.acceptance": {"en": "candidate acceptance: rate {rate}, MAL {mal}, per position {pos} (from {src})",
-                           "ko": "후보 수락: 수락률 {rate}, 평균 수락 길이 {mal}, 위치별 {pos} (출처 {src})"},
-    "compare.acceptance_na": {"en": "candidate acceptance: n/a ({why})", "ko": "후보 수락: 해당 없음 ({why})"},
-    "compare.note": {"en": "note:", "ko": "참고:"},
-    "compare.segment": {"en": "segment {name}", "ko": "세그먼트 {name}"},
-    "compare.overall": {"en": "overall", "ko": "전체"},
-    "compare.margin": {"en": "practical margin {m}× (--min-speedup): GO needs the whole speedup CI above it; inside [{lo}×, {hi}×] is equivalent (NO-GO: nothing worth turning on)",
-                       "ko": "실용 마진 {m}× (--min-speedup): 도입 권장은 속도 향상 신뢰구간 전체가 그 위에 있어야 함; [{lo}×, {hi}×] 안이면 동등 (도입 보류: 켤 만한 이득 없음)"},
-    "compare.eq": {"en": "Output equivalence", "ko": "출력 동등성"},
-    "compare.eq_from": {"en": "(temperatures from {src})", "ko": "(temperature 출처: {src})"},
-    "compare.eq_greedy": {"en": "  temperature 0: {m}/{n} exact matches ({rate}, by {by})", "ko": "  temperature 0: {n}개 중 {m}개 정확히 일치 ({rate}, 기준 {by})"},
-    "compare.eq_more": {"en": "  … {n} more mismatches in --json", "ko": "  … 불일치 {n}개 더 있음 (--json 참고)"},
-    "compare.eq_sampled": {"en": "  temperature > 0 ({n} pairs): output lengths KS D={d} p={p}; {unit} frequencies TVD={tvd} p={p2}",
-                           "ko": "  temperature > 0 ({n}쌍): 출력 길이 KS D={d} p={p}; {unit} 빈도 TVD={tvd} p={p2}"},
-    "compare.c.memory": {"en": "Memory (where measured)", "ko": "메모리 (측정된 경우)"},
-}
-
-DEMO: M = {
-    "demo.title": {"en": "specgauge demo: speculative decoding on the built-in sample workload",
-                   "ko": "specgauge 데모: 내장 샘플 워크로드에서의 추측 디코딩"},
-    "demo.step.profile": {"en": "profile the sample workload", "ko": "샘플 워크로드 프로파일링"},
-    "demo.step.replay": {"en": "offline acceptance replay on every request: ngram, suffix ({backend} backend), draft model, k = {ks}",
-                         "ko": "모든 요청에 대한 오프라인 수락 재생: ngram, suffix ({backend} 백엔드), 드래프트 모델, k = {ks}"},
-    "demo.uncalibrated": {"en": "(the speedup columns above come from the uncalibrated cost model; steps 3 and 4 replace them with this machine's measured law)",
-                          "ko": "(위 속도 향상 열은 보정되지 않은 비용 모델에서 나온 값입니다; 3·4단계에서 이 머신에서 측정한 법칙으로 대체합니다)"},
-    "demo.step.calibrate": {"en": "calibrate: this machine's step-cost law from short embedded-server runs at concurrency {cs}",
-                            "ko": "보정: 동시성 {cs}에서 내장 서버를 짧게 실행해 이 머신의 스텝 비용 법칙을 적합"},
-    "demo.step.predict": {"en": "predict every method and k at concurrency {c} from the replay and the calibrated law",
-                          "ko": "재생 결과와 보정된 법칙으로 동시성 {c}에서 모든 방법과 k의 속도 향상을 예측"},
-    "demo.step.bench_base": {"en": "live A/B: embedded server without speculation, {n} requests at concurrency {c}",
-                             "ko": "실시간 A/B: 추측 디코딩 없는 내장 서버, 동시성 {c}에서 요청 {n}개"},
-    "demo.step.bench_spec": {"en": "live A/B: embedded server with {spec}, {n} requests at concurrency {c}",
-                             "ko": "실시간 A/B: {spec} 설정의 내장 서버, 동시성 {c}에서 요청 {n}개"},
-    "demo.step.compare": {"en": "compare: paired speedup, latency deltas, output equivalence, verdict — and the prediction beside it",
-                          "ko": "비교: 짝지은 속도 향상, 지연 시간 차이, 출력 동등성, 판정 — 그리고 예측과 나란히"},
-    "demo.candidate": {"en": "candidate for the live A/B: {label} (predicted {x} at concurrency {c}, {band})",
-                       "ko": "실시간 A/B 후보: {label} (동시성 {c}에서 예측 {x}, {band})"},
-    "demo.band": {"en": "band {lo}–{hi}", "ko": "범위 {lo}–{hi}"},
-    "demo.nothing_pays": {"en": "nothing is predicted to pay on this machine: the best, {label}, is predicted {x} ({band}), not clearly above the {m} margin",
-                          "ko": "이 머신에서는 이득이 예측되는 설정이 없습니다: 가장 나은 {label}의 예측은 {x} ({band})로, {m} 기준을 확실히 넘지 못합니다"},
-    "demo.why": {"en": "why: {text}", "ko": "이유: {text}"},
-    "demo.ab_anyway": {"en": "the A/B below runs {label} anyway, to check the prediction against a measurement",
-                       "ko": "예측을 측정으로 확인하기 위해 아래 A/B는 그래도 {label}을(를) 실행합니다"},
-    "demo.pred_vs_meas": {"en": "predicted vs measured ({label}, concurrency {c}): {line}",
-                          "ko": "예측 대 측정 ({label}, 동시성 {c}): {line}"},
-    "demo.agree.within": {"en": "prediction {p} vs measured {m}: error {e}, within {tol}",
-                          "ko": "예측 {p} 대 측정 {m}: 오차 {e}, {tol} 이내"},
-    "demo.agree.inside_ci": {"en": "prediction {p} vs measured {m}: error {e}, outside {tol} but inside the measured 95% CI {lo}–{hi} (the live run is too noisy to tell them apart)",
-                             "ko": "예측 {p} 대 측정 {m}: 오차 {e}, {tol} 밖이지만 측정 95% 신뢰구간 {lo}–{hi} 안 (실측이 너무 흔들려 둘을 구별할 수 없음)"},
-    "demo.agree.not": {"en": "prediction {p} vs measured {m}: error {e} — they did NOT agree",
-                       "ko": "예측 {p} 대 측정 {m}: 오차 {e} — 일치하지 않았습니다"},
-    "demo.agree.none": {"en": "no prediction or no measurement to set side by side",
-                        "ko": "나란히 놓을 예측이나 측정이 없습니다"},
-    "demo.cause": {"en": "possible cause: {text}", "ko": "가능한 원인: {text}"},
-    "demo.step.report": {"en": "report", "ko": "보고서"},
-    "demo.done": {"en": "done in {s} s", "ko": "{s}초 만에 완료"},
-    "demo.report": {"en": "report: {path}", "ko": "보고서: {path}"},
-    "demo.results": {"en": "all results: {path}", "ko": "모든 결과: {path}"},
-}
-
-MESSAGES: M = {**VERDICT, **DIAGNOSIS, **REPORT, **MEMORY, **BENCH, **COMPARE, **DEMO, **WORKLOAD}
+MESSAGES: Entries = merge(VERDICT, DIAGNOSIS, REPORT, MEMORY, BENCH, COMPARE, DEMO, WORKLOAD,
+                          *(a.ENTRIES for a in _AREAS), *(a.STORED for a in _AREAS))
 
 #: messages stored in English in results and translated when shown, most specific first
-PATTERN_KEYS: tuple[str, ...] = tuple(k for k in {**VERDICT, **DIAGNOSIS}
-                                     if not k.startswith(("verdict.GO", "verdict.NO-GO", "verdict.INCONCLUSIVE")))
+PATTERN_KEYS: tuple[str, ...] = (*(k for k in {**VERDICT, **DIAGNOSIS}
+                                   if not k.startswith(("verdict.GO", "verdict.NO-GO", "verdict.INCONCLUSIVE"))),
+                                 *(k for a in _AREAS for k in a.STORED))

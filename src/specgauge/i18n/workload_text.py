@@ -4,9 +4,9 @@ Column names that are figures' own names (k, MAL, T=0, top_p<1, B=…) stay as w
 
 from __future__ import annotations
 
-M = dict[str, dict[str, str]]
+from specgauge.i18n.entries import Entries
 
-WORKLOAD: M = {
+WORKLOAD: Entries = {
     "profile.title.lengths": {"en": "Workload profile: lengths in tokens (p50/p95/max)",
                               "ko": "워크로드 프로파일: 토큰 길이 (p50/p95/최대)"},
     "profile.title.mix": {"en": "Workload profile: mix (share of requests; copy overlap: share of output tokens)",
@@ -48,6 +48,15 @@ WORKLOAD: M = {
     "simulate.col.req_acc": {"en": "req acc p10/p50/p90", "ko": "요청별 수락 p10/p50/p90"},
     "simulate.col.speedup": {"en": "speedup B={b}", "ko": "속도 향상 B={b}"},
     "simulate.col.best_k": {"en": "best k", "ko": "최적 k"},
+    "simulate.fig.tf": {"en": "{label}: {method} k={k} (teacher-forced, optimistic)",
+                        "ko": "{label}: {method} k={k} (교사 강제, 낙관적)"},
+    "simulate.col.tf_acc": {"en": "teacher-forced (optimistic)", "ko": "교사 강제 (낙관적)"},
+    "simulate.tf_note": {"en": "teacher-forced (optimistic): the head's accuracy with every draft position fed the target's "
+                               "hidden state, as training tools (EAGLE, SpecForge) print it. No server drafts that way: "
+                               "the replayed acc rate beside it is what a server accepts.",
+                         "ko": "교사 강제 (낙관적): 모든 초안 위치에 타깃의 은닉 상태를 넣었을 때의 헤드 정확도로, 학습 도구"
+                               "(EAGLE, SpecForge)가 출력하는 수치입니다. 서버는 그렇게 초안을 만들지 않습니다: "
+                               "옆의 재생 수락률이 서버가 실제로 수락하는 값입니다."},
     "simulate.exact": {"en": "acceptance EXACT (logged token ids)", "ko": "수락 정확 (기록된 토큰 id)"},
     "simulate.approx": {"en": "acceptance APPROXIMATE (text re-tokenised by {tok}; see the note)",
                         "ko": "수락 근사치 ({tok}로 텍스트를 다시 토큰화함; 참고 사항 확인)"},

@@ -11,7 +11,8 @@ Two halves, both free of I/O beyond loading a drafter:
   ``--speculative-config``); ``MethodReplay`` replays it at every k on requests fed in arrival order.
   How is decided by the drafter's contract (``drafters.base``), never by its name: a
   ``WholeOutputReplay`` drafter (a draft model, a hidden-state head) gives every k from one
-  ``accept_runs`` pass per request; a stateless drafter (``stateful = False``) serves every stream; a
+  ``accept_runs`` pass per request (a ``TeacherForcedReplay`` one, a hidden-state head, also its
+  teacher-forced figure from that pass: ``ReplayTrace.teacher_forced``); a stateless drafter (``stateful = False``) serves every stream; a
   stateful one (suffix) gets one drafter per stream, fed in order. A drafter's own fast ``replay`` is
   used where it has one, else the engine loop (``replay_by_stepping``).
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -222,8 +223,12 @@ class MethodReplay:
         ks = self.ks if ks is None else ks
         try:
             if self.whole_output:
-                runs = self.model.accept_runs(prompt, out, max(ks))
-                return {k: trace_from_runs(runs, k) for k in ks}
+                both = getattr(self.model, "accept_runs_and_teacher_forced", None)  # TeacherForcedReplay
+                if both is None:
+                    runs = self.model.accept_runs(prompt, out, max(ks))
+                    return {k: trace_from_runs(runs, k) for k in ks}
+                runs, tf = both(prompt, out, max(ks))
+                return {k: replace(trace_from_runs(runs, k), teacher_forced=trace_from_runs(tf, k)) for k in ks}
             drafters = self.drafters(stream)
             return {k: replay_one(drafters[k], rid, prompt, out, k, **_taken(drafters[k], hints)) for k in ks}
         except (ValueError, IndexError) as e:

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 
 from specgauge.canary.eventlog import read_events
 from specgauge.errors import UserError
-from specgauge.report.figures import fig_html, fmt_number, plot_label
+from specgauge.i18n import en, t, translate, word
+from specgauge.report.figures import fig_html, plot_label, template_env
 
 _COLORS = {"promote": "#2ca02c", "hold": "#8c8c8c", "rollback": "#d62728", "complete": "#1f77b4"}
 
@@ -119,9 +120,9 @@ def load_canary(path: Path) -> CanarySection:
             sec.exact_match_rate = s.get("exact_match_rate")
             sec.greedy_pairs = s.get("greedy_pairs")
         except (OSError, ValueError):
-            sec.notes.append(f"{summary}: unreadable; totals not shown")
+            sec.notes.append(en("canary.n.unreadable", path=summary.name))
     else:
-        sec.notes.append("no summary.json: the run is still going or did not stop cleanly; shown from the decision log")
+        sec.notes.append(en("canary.n.no_summary"))
     return sec
 
 
@@ -134,17 +135,18 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
     if sec.timeline:
         fig = go.Figure()
         fig.add_trace(go.Scatter(x=[t - t0 for t, _ in sec.timeline], y=[w for _, w in sec.timeline], mode="lines",
-                                 line={"shape": "hv", "color": "#444"}, name="weight"))
+                                 line={"shape": "hv", "color": "#444"}, name=t("canary.fig.weight")))
         for action, color in _COLORS.items():
             ws = [w for w in sec.windows if w.action == action]
             if not ws:
                 continue
             fig.add_trace(go.Scatter(
-                x=[w.t - t0 for w in ws], y=[w.weight for w in ws], mode="markers", name=action,
+                x=[w.t - t0 for w in ws], y=[w.weight for w in ws], mode="markers", name=_word("action", action),
                 marker={"color": color, "size": 9 if action != "hold" else 6},
-                text=[plot_label(f"{w.outcome}: {w.reason[:300]}") for w in ws], hovertemplate="%{text}<extra></extra>"))
-        share = "mirrored share (%)" if sec.mode == "shadow" else "candidate weight (%)"
-        fig.update_layout(title=plot_label(f"{sec.label}: weight over time and decisions"), xaxis_title="seconds since start",
+                text=[plot_label(f"{_word('outcome', w.outcome)}: {translate(w.reason)[:300]}") for w in ws],
+                hovertemplate="%{text}<extra></extra>"))
+        share = t("canary.fig.mirrored") if sec.mode == "shadow" else t("canary.fig.cand_weight")
+        fig.update_layout(title=plot_label(t("canary.fig.title_weight", label=sec.label)), xaxis_title=t("canary.fig.seconds"),
                           yaxis_title=share, yaxis={"range": [-3, 103]})
         figs["weight"] = fig_html(fig, f"canary-weight-{i}")
     if sec.windows:
@@ -158,10 +160,11 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
                         xs.append(w.t - t0)
                         ys.append(v)
                 if xs:
-                    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=f"{metric.upper()} p95 {side}",
+                    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers",
+                                             name=t("canary.fig.series", metric=metric.upper(), side=t(f"canary.side.{side}")),
                                              line={"dash": dash, "color": color}))
         if fig.data:
-            fig.update_layout(title=plot_label(f"{sec.label}: p95 latency per evaluation window"), xaxis_title="seconds since start",
+            fig.update_layout(title=plot_label(t("canary.fig.title_latency", label=sec.label)), xaxis_title=t("canary.fig.seconds"),
                               yaxis_title="ms", yaxis_type="log")
             figs["latency"] = fig_html(fig, f"canary-latency-{i}")
     return figs
@@ -170,32 +173,39 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
 _TEMPLATE = """
 {% for sec in sections %}{% set f = figs[loop.index0] %}
 <section id="canary-{{ loop.index0 }}">
-  <h2>Canary roll-out: {{ sec.label }} ({{ sec.mode }})</h2>
-  <p><span class="badge {{ badge[sec.status] }}">{{ words[sec.status] }}</span>
-  steps {% for s in sec.steps %}{{ s | f("{:g}") }}{% if not loop.last %}, {% endif %}{% endfor %} %; baseline {{ sec.upstreams.get("baseline", {}).get("url", "?") }},
-  candidate {{ sec.upstreams.get("candidate", {}).get("url", "?") }}</p>
-  {% if sec.rollback_reason %}<p>Why: {{ sec.rollback_reason }}</p>{% endif %}
-  {% if sec.restarts %}<p class="note">The proxy restarted {{ sec.restarts | length }} time(s) and resumed from its saved state.</p>{% endif %}
-  {% if sec.totals %}<p>Requests: baseline {{ sec.totals.requests.baseline.values() | sum }}, candidate {{ sec.totals.requests.candidate.values() | sum }};
-  retried on the baseline before the first byte: {{ sec.totals.retried_on_baseline }}; failures clients saw: {{ sec.totals.client_visible_failures }}.
-  {% if sec.greedy_pairs %}Greedy outputs: {{ sec.exact_match_rate | f("{:.2%}") }} of {{ sec.greedy_pairs }} pairs identical.{% endif %}</p>{% endif %}
+  <h2>{{ t("canary.h", label=data(sec.label), mode=word("mode", sec.mode)) }}</h2>
+  <p><span class="badge {{ badge[sec.status] }}">{{ word("status", sec.status) }}</span>
+  {% set steps = [] %}{% for s in sec.steps %}{% set _ = steps.append(s | f("{:g}")) %}{% endfor %}
+  {{ t("canary.steps", steps=steps | join(", "), base=data(sec.upstreams.get("baseline", {}).get("url", "?")),
+       cand=data(sec.upstreams.get("candidate", {}).get("url", "?"))) }}</p>
+  {% if sec.rollback_reason %}<p>{{ t("canary.why", text=tr(sec.rollback_reason)) }}</p>{% endif %}
+  {% if sec.restarts %}<p class="note">{{ t("canary.restarts", n=sec.restarts | length) }}</p>{% endif %}
+  {% if sec.totals %}<p>{{ t("canary.totals", nb=sec.totals.requests.baseline.values() | sum, nc=sec.totals.requests.candidate.values() | sum,
+                             r=sec.totals.retried_on_baseline, v=sec.totals.client_visible_failures) }}
+  {% if sec.greedy_pairs %}{{ t("canary.greedy_html", rate=sec.exact_match_rate | f("{:.2%}"), n=sec.greedy_pairs) }}{% endif %}</p>{% endif %}
   {% if f.weight %}<div class="plot">{{ f.weight }}</div>{% endif %}
   {% if f.latency %}<div class="plot">{{ f.latency }}</div>{% endif %}
   {% set points = sec.windows | selectattr("action", "ne", "hold") | list + (sec.windows | selectattr("action", "eq", "hold") | selectattr("outcome", "eq", "FAIL") | list) %}
   {% if points %}
-  <table><tr><th>t (s)</th><th>weight</th><th>outcome</th><th>decision</th><th>score</th><th>baseline / candidate</th><th class="l">failed checks</th><th class="l">reason</th></tr>
+  <table><tr><th>{{ t("canary.c.t") }}</th><th>{{ t("canary.c.weight") }}</th><th>{{ t("canary.c.outcome") }}</th><th>{{ t("canary.c.decision") }}</th>
+    <th>{{ t("canary.c.score") }}</th><th>{{ t("canary.c.sides") }}</th><th class="l">{{ t("canary.c.failed_checks") }}</th><th class="l">{{ t("canary.c.reason") }}</th></tr>
   {% for w in points | sort(attribute="t") %}
-  <tr><td>{{ (w.t - (sec.started_at or w.t)) | f("{:.0f}") }}</td><td>{{ w.weight | f("{:g}") }}</td><td>{{ w.outcome }}</td>
-      <td>{{ w.action }}{% if w.to_weight != w.weight %} → {{ w.to_weight | f("{:g}") }}{% endif %}</td><td>{{ w.score | f("{:.0f}") }}</td>
+  <tr><td>{{ (w.t - (sec.started_at or w.t)) | f("{:.0f}") }}</td><td>{{ w.weight | f("{:g}") }}</td><td>{{ word("outcome", w.outcome) }}</td>
+      <td>{{ word("action", w.action) }}{% if w.to_weight != w.weight %} → {{ w.to_weight | f("{:g}") }}{% endif %}</td><td>{{ w.score | f("{:.0f}") }}</td>
       <td>{{ w.requests.get("baseline", 0) }} / {{ w.requests.get("candidate", 0) }}</td>
-      <td class="l">{{ w.failed_checks | join(", ") }}</td><td class="l">{{ w.reason[:400] }}</td></tr>
+      <td class="l">{{ code(w.failed_checks | join(", ")) if w.failed_checks else "" }}</td><td class="l">{{ tr(w.reason)[:400] }}</td></tr>
   {% endfor %}</table>
   {% endif %}
-  <p class="note">{{ sec.windows | length }} evaluations in all; the decision log (decisions.jsonl) has the evidence of each.</p>
-  {% if sec.notes %}<ul class="note">{% for n in sec.notes %}<li>{{ n }}</li>{% endfor %}</ul>{% endif %}
+  <p class="note">{{ t("canary.evaluations", n=sec.windows | length, log=code("decisions.jsonl")) }}</p>
+  {% if sec.notes %}<ul class="note">{% for n in sec.notes %}<li>{{ tr(n) }}</li>{% endfor %}</ul>{% endif %}
 </section>
 {% endfor %}
 """
+
+
+def _word(kind: str, value: str) -> str:
+    """An outcome, action, status or mode from the decision log in the current language."""
+    return word(f"canary.{kind}", value)
 
 
 def render_canaries(sections: Sequence[CanarySection]) -> str:
@@ -204,12 +214,8 @@ def render_canaries(sections: Sequence[CanarySection]) -> str:
         return ""
     import jinja2
 
-
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["f"] = fmt_number
+    env = template_env(word=_word)
     figs = [{k: jinja2.utils.markupsafe.Markup(v) for k, v in canary_figures(s, i).items()} for i, s in enumerate(sections)]
     figs = [{"weight": f.get("weight"), "latency": f.get("latency")} for f in figs]
     return str(env.from_string(_TEMPLATE).render(
-        sections=sections, figs=figs,
-        badge={"complete": "GO", "rolled_back": "NO-GO", "running": "INCONCLUSIVE"},
-        words={"complete": "COMPLETE", "rolled_back": "ROLLED BACK", "running": "UNDECIDED"}))
+        sections=sections, figs=figs, badge={"complete": "GO", "rolled_back": "NO-GO", "running": "INCONCLUSIVE"}))

@@ -104,22 +104,27 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
         return text + ("^" if p.extrapolated else "")
 
     t = Table(title=tr("simulate.title", n=r.requests_replayed), title_justify="left")
-    cols = [tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), "MAL", tr("simulate.col.per_position"),
-            tr("simulate.col.tok_step"), tr("simulate.col.req_acc")]
+    # a hidden-state head's teacher-forced figure, beside the replayed one (absent for every other method)
+    tf = any(s.teacher_forced_acceptance_rate is not None for s in r.overall.summaries)
+    cols = [tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), *([tr("simulate.col.tf_acc")] if tf else []),
+            "MAL", tr("simulate.col.per_position"), tr("simulate.col.tok_step"), tr("simulate.col.req_acc")]
     cols += [tr("simulate.col.speedup", b=b) for b in r.batch_sizes]
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i in (0, 4) else "right")
+        t.add_column(c, justify="left" if i in (0, 5 if tf else 4) else "right")
     for s in r.overall.summaries:
         best = r.overall.best_k.get(s.method) == s.k
         ra = s.request_acceptance_rate
         t.add_row(
-            s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
+            s.method, str(s.k), _pct(s.acceptance_rate), *([_pct(s.teacher_forced_acceptance_rate)] if tf else []),
+            _f(s.mean_acceptance_length),
             " ".join(_f(x, "{:.2f}") for x in s.per_position_rate), _f(s.tokens_per_step),
             "–" if ra.n == 0 else f"{_pct(ra.p10)}/{_pct(ra.p50)}/{_pct(ra.p90)}",
             *[banded(r.overall, s.method, s.k, b) for b in r.batch_sizes],
             style="bold green" if best else None,
         )
     console.print(t)
+    if tf:
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(tr('simulate.tf_note'))}", highlight=False)
     seg = Table(title=tr("simulate.title.segments", b=b0), title_justify="left")
     for i, c in enumerate([tr("profile.col.segment"), tr("simulate.col.method"), tr("simulate.col.best_k"),
                            tr("profile.col.requests"), tr("simulate.col.acc_rate"), "MAL", tr("simulate.col.tok_step"),

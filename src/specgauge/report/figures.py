@@ -1,12 +1,16 @@
 """What every section of the HTML report shares: plotly figures as embeddable divs, escaped plot labels,
-numbers for display. The sections (``html``, ``canary_html``, ``sweep_html``) import it; it imports none
-of them."""
+numbers for display, and the one jinja2 environment (autoescaped, with the catalogue's words: ``t`` for
+an entry, ``tr`` for a stored English message). The sections (``html``, ``canary_html``,
+``sweep_html``) import it; it imports none of them."""
 
 from __future__ import annotations
 
 import html as _html
 import math
+from pathlib import Path
 from typing import Any
+
+from specgauge.i18n import t, translate
 
 
 def plot_label(s: str) -> str:
@@ -27,3 +31,25 @@ def fmt_number(v: Any, spec: str = "{:.1f}") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     return spec.format(v)
+
+
+def t_markup(key: str, **params: Any) -> Any:
+    """The catalogue text as trusted markup, its parameters escaped (a run label cannot inject HTML)."""
+    from markupsafe import Markup
+
+    return Markup(t(key)).format(**params) if params else Markup(t(key))
+
+
+def template_env(**extra: Any) -> Any:
+    """The report's jinja2 environment: templates from ``report/templates``, autoescaping, undefined
+    names an error, ``f`` for numbers, ``t`` / ``tr`` for words, ``data`` / ``code`` marking user data and
+    paste-able commands (both left as they are in every language); ``extra`` globals added."""
+    import jinja2
+    from markupsafe import Markup
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["f"] = fmt_number
+    env.globals.update(t=t_markup, tr=translate, data=lambda v: Markup('<span class="data">{}</span>').format(v),
+                       code=lambda v: Markup("<code>{}</code>").format(v), **extra)
+    return env

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from markupsafe import Markup
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
@@ -33,7 +32,7 @@ from specgauge.report.canary_html import (
     render_canaries,
     split_canaries,
 )
-from specgauge.report.figures import fig_html, fmt_number, plot_label
+from specgauge.report.figures import fig_html, plot_label, template_env
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
 from specgauge.simulate.run import SimulateResult
@@ -262,6 +261,10 @@ def acceptance_figures(data: ReportData) -> dict[str, str]:
             if sim.overall.best_k.get(s.method) == s.k:
                 pos.add_trace(go.Scatter(x=list(range(len(s.per_position_rate))), y=s.per_position_rate, mode="lines+markers",
                                          name=plot_label(t("report.fig.simulated", label=label, method=s.method, k=s.k))))
+                tf = s.teacher_forced_per_position_rate  # a hidden-state head: training tools' optimistic figure
+                if tf:
+                    pos.add_trace(go.Scatter(x=list(range(len(tf))), y=tf, mode="lines", line={"dash": "dash"},
+                                             name=plot_label(t("simulate.fig.tf", label=label, method=s.method, k=s.k))))
     for row in data.runs:
         if row.per_position:
             how = t("report.fig.measured_counters") if row.acceptance_origin == "counters" else t("report.fig.measured")
@@ -352,11 +355,6 @@ def speedup_figure(data: ReportData) -> str | None:
 # ---------------------------------------------------------------------------- rendering
 
 
-def _t_markup(key: str, **params: Any) -> Any:
-    """The catalogue text as trusted markup, its parameters escaped (a run label cannot inject HTML)."""
-    return Markup(t(key)).format(**params) if params else Markup(t(key))
-
-
 def memory_value(key: str, v: float | None, signed: bool = False) -> str:
     """One memory figure for display, alike in every language: MiB or GiB, a share in %."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -374,11 +372,7 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
     import jinja2
     import plotly.offline
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-                             autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["f"] = fmt_number
-    env.globals.update(t=_t_markup, tr=translate, mem=memory_value,
-                       data=lambda v: Markup('<span class="data">{}</span>').format(v))
+    env = template_env(mem=memory_value)
     figs = {
         "latency": {k: jinja2.utils.markupsafe.Markup(v) for k, v in latency_figures(runs).items()},
         "acceptance": {k: jinja2.utils.markupsafe.Markup(v) for k, v in acceptance_figures(data).items()},

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specgauge.errors import UserError
 from specgauge.paths import resolve_portable
-from specgauge.records import RequestRecord, ResultsFile, SpecCounts
+from specgauge.records import RequestRecord, ResultsFile, SessionRecord, SpecCounts
 from specgauge.simulate.compare import compare_simulations
 from specgauge.simulate.run import SimulateResult
 from specgauge.stats.compare import AcceptanceStats, CompareConfig
@@ -80,15 +80,26 @@ class LoadedRun(BaseModel):
         counters, _ = self.counters()
         if counters is not None:
             return bool(counters.draft_tokens)
-        sessions = (self.run or {}).get("sessions") or []
-        if sessions and all("counter_spec" in s for s in sessions):
+        sessions = self.sessions()
+        if sessions and all(s.counters_read for s in sessions):
             return False  # /metrics was read before and after every session and showed no speculative counter
         return None
+
+    def sessions(self) -> list[SessionRecord]:
+        """run.json's sessions, typed; an entry that is not a session counts as one whose counters
+        were not read (so counters are never claimed to cover the run)."""
+        out = []
+        for s in (self.run or {}).get("sessions") or []:
+            try:
+                out.append(SessionRecord.model_validate(s))
+            except ValueError:
+                out.append(SessionRecord())
+        return out
 
     def counters(self) -> tuple[SpecCounts | None, str]:
         """The run's speculative counters from the /metrics diff: summed over run.json's sessions,
         else summary.json's copy; None with the reason when neither has them."""
-        sessions = (self.run or {}).get("sessions")
+        sessions = self.sessions()
         if sessions:
             return counter_total(sessions)
         block = (((self.summary or {}).get("specgauge") or {}).get("acceptance") or {}).get("counters") or {}

@@ -20,6 +20,8 @@ def simulation_rows(r: SimulateResult) -> list[dict[str, Any]]:
                 "tokens_per_step": s.tokens_per_step, "request_acceptance_p50": s.request_acceptance_rate.p50,
                 "best_k": sr.best_k.get(s.method) == s.k, "exact": s.exact,
             }
+            if s.teacher_forced_acceptance_rate is not None:  # a hidden-state head: training tools' optimistic figure
+                row["teacher_forced_acceptance_rate"] = s.teacher_forced_acceptance_rate
             for i, v in enumerate(s.per_position_rate):
                 row[f"pos{i}_acceptance"] = v
             for p in sr.predictions:

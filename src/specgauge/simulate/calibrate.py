@@ -56,7 +56,7 @@ def calibrate_engine(target_dir: str | Path, draft_dir: str | Path | None = None
                      ks: Sequence[int] = (1, 4, 8), context: int = 256, repeats: int = 5) -> CostProfiles:
     import torch
 
-    from specgauge.engine.model import load_model
+    from specgauge.nn.weights import load_model
 
     target = load_model(target_dir, torch.float32)
     points, base = [], {}

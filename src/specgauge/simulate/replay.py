@@ -4,7 +4,9 @@ Definitions (as vLLM's spec-decode metrics): a *draft* is a step whose proposal 
 acceptance rate = accepted / drafted tokens; mean acceptance length (MAL) = 1 + accepted / drafts;
 per-position acceptance[i] = drafts whose token i was accepted / drafts. Aggregates are given both
 token-weighted (sums over requests) and request-weighted (mean of per-request figures), with the
-spread across requests, so long completions do not hide the short ones.
+spread across requests, so long completions do not hide the short ones. A hidden-state head's rows
+also carry the teacher-forced figure training tools print (``TeacherForcedCounts``), summed the same
+way into the ``teacher_forced_*`` fields: shown beside the replayed figure, labelled optimistic.
 """
 
 from __future__ import annotations
@@ -17,6 +19,29 @@ from pydantic import BaseModel, Field
 
 from specgauge.distributions import describe
 from specgauge.drafters.base import ReplayTrace
+
+
+class TeacherForcedCounts(BaseModel):
+    """A hidden-state head's teacher-forced figure over one output (``ReplayTrace.teacher_forced``):
+    every draft position fed the *target's* hidden state, as EAGLE / SpecForge training prints it.
+    OPTIMISTIC — no server drafts that way; the replayed figures beside it are what a server accepts."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    #: per_position[i]: drafts whose token i was accepted
+    per_position: list[int]
+
+
+def _counts(trace: ReplayTrace, k: int) -> tuple[int, int, int, int, list[int], list[int]]:
+    """(steps, drafts, draft tokens, accepted tokens, per-position accepted, acceptance histogram) of a trace."""
+    d, a = trace.drafted, trace.accepted
+    mask = d > 0
+    acc_d = a[mask]
+    width = max(k, int(d.max()) if d.size else 0)
+    per_pos = [int((acc_d > i).sum()) for i in range(width)]
+    hist = np.bincount(acc_d, minlength=width + 1) if acc_d.size else np.zeros(width + 1, dtype=np.int64)
+    return int(d.size), int(mask.sum()), int(d.sum()), int(a.sum()), per_pos, [int(x) for x in hist]
 
 
 class RequestAcceptance(BaseModel):
@@ -44,26 +69,27 @@ class RequestAcceptance(BaseModel):
     #: server accepted and learned past the cuts (``drafters._suffix_positions.CountBounds``); ``exact``
     #: is false unless they coincide. The figures above are the low extreme's
     bounds: dict[str, list[int]] | None = None
+    #: hidden-state heads: the optimistic teacher-forced figure over the same output (None: other methods)
+    teacher_forced: TeacherForcedCounts | None = None
 
     @classmethod
     def from_trace(
         cls, trace: ReplayTrace, request_id: str, segment: str, method: str, k: int, output_tokens: int,
         exact: bool = True,
     ) -> RequestAcceptance:
-        d, a = trace.drafted, trace.accepted
-        mask = d > 0
-        acc_d = a[mask]
-        width = max(k, int(d.max()) if d.size else 0)
-        per_pos = [int((acc_d > i).sum()) for i in range(width)]
-        hist = np.bincount(acc_d, minlength=width + 1) if acc_d.size else np.zeros(width + 1, dtype=np.int64)
+        steps, drafts, dtok, acc, per_pos, hist = _counts(trace, k)
         b = getattr(trace, "bounds", None)
+        tf, tft = None, getattr(trace, "teacher_forced", None)
+        if tft is not None:
+            _, tf_drafts, tf_dtok, tf_acc, tf_pos, _ = _counts(tft, k)
+            tf = TeacherForcedCounts(drafts=tf_drafts, draft_tokens=tf_dtok, accepted_tokens=tf_acc, per_position=tf_pos)
         return cls(
             request_id=request_id, segment=segment, method=method, k=k,
             output_tokens=output_tokens,
-            steps=int(d.size), drafts=int(mask.sum()), draft_tokens=int(d.sum()), accepted_tokens=int(a.sum()),
-            per_position=per_pos, acceptance_histogram=[int(x) for x in hist], exact=exact and (b is None or b.exact),
+            steps=steps, drafts=drafts, draft_tokens=dtok, accepted_tokens=acc,
+            per_position=per_pos, acceptance_histogram=hist, exact=exact and (b is None or b.exact),
             tail_unknown=int(getattr(trace, "tail_unknown", 0)), cache_unknown=int(getattr(trace, "cache_unknown", 0)),
-            bounds=b.as_lists() if b is not None else None,
+            bounds=b.as_lists() if b is not None else None, teacher_forced=tf,
         )
 
     @property
@@ -124,6 +150,12 @@ class AcceptanceSummary(BaseModel):
     acceptance_rate_bounds: list[float] | None = None
     inexact_requests: int = 0
     mean_bound_width: float | None = None
+    #: hidden-state heads: the teacher-forced figure (every draft position fed the target's hidden state,
+    #: what training tools print) beside the replayed one above; OPTIMISTIC, not what a server accepts
+    teacher_forced_acceptance_rate: float | None = Field(
+        default=None, description="OPTIMISTIC teacher-forced accepted / drafted tokens (training tools' figure; not served)")
+    teacher_forced_mean_acceptance_length: float | None = None
+    teacher_forced_per_position_rate: list[float | None] | None = None
     notes: list[str] = Field(default_factory=list)
 
     @classmethod
@@ -148,6 +180,8 @@ class AcceptanceAccumulator:
         self.exact = True
         self.open_tails = self.tail_unknown = self.after_unknown = 0
         self.bounded = self.inexact = self.width = self.acc_lo = self.acc_hi = self.dt_lo = self.dt_hi = 0
+        self.tf_rows = self.tf_drafts = self.tf_dtok = self.tf_acc = 0
+        self.tf_pos = np.zeros(k, dtype=np.int64)
 
     def add(self, r: RequestAcceptance) -> None:
         self.requests += 1
@@ -177,6 +211,23 @@ class AcceptanceAccumulator:
             self.width += b["accepted_tokens"][1] - b["accepted_tokens"][0]
             self.acc_lo, self.acc_hi = self.acc_lo + b["accepted_tokens"][0], self.acc_hi + b["accepted_tokens"][1]
             self.dt_lo, self.dt_hi = self.dt_lo + b["draft_tokens"][0], self.dt_hi + b["draft_tokens"][1]
+        if r.teacher_forced is not None:
+            tf = r.teacher_forced
+            self.tf_rows += 1
+            self.tf_drafts, self.tf_dtok, self.tf_acc = self.tf_drafts + tf.drafts, self.tf_dtok + tf.draft_tokens, \
+                self.tf_acc + tf.accepted_tokens
+            if len(tf.per_position) > len(self.tf_pos):
+                self.tf_pos = np.pad(self.tf_pos, (0, len(tf.per_position) - len(self.tf_pos)))
+            self.tf_pos[: len(tf.per_position)] += tf.per_position
+
+    def _teacher_forced(self) -> dict[str, object]:
+        """The summary's teacher-forced fields (all None when no row carried the figure)."""
+        if not self.tf_rows:
+            return {}
+        d, dt = self.tf_drafts, self.tf_dtok
+        return {"teacher_forced_acceptance_rate": self.tf_acc / dt if dt else None,
+                "teacher_forced_mean_acceptance_length": 1 + self.tf_acc / d if d else None,
+                "teacher_forced_per_position_rate": [int(p) / d if d else None for p in self.tf_pos]}
 
     def summary(self) -> AcceptanceSummary:
         drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
@@ -205,4 +256,5 @@ class AcceptanceAccumulator:
             acceptance_rate_bounds=[self.acc_lo / self.dt_hi if self.dt_hi else 0.0, min(1.0, self.acc_hi / self.dt_lo)]
             if self.bounded and self.dt_lo else None,
             inexact_requests=self.inexact, mean_bound_width=self.width / self.bounded if self.bounded else None,
+            **self._teacher_forced(),  # type: ignore[arg-type]
         )

@@ -73,6 +73,9 @@ class SimulateConfig(BaseModel):
     #: a field path (or 're:REGEX') naming the cache a request went through: one suffix cache per value
     #: (as one server per value); None: one cache over the whole log in file order
     partition_by: str | None = None
+    #: the target model directory of a hidden-state head (``eagle3:DIR``, ``mtp:DIR``) whose config names
+    #: none found here; default: the one its config names, else ``tokenizer`` when that is a model directory
+    target_model: Path | None = None
 
     @model_validator(mode="after")
     def _from_speculative_config(self) -> SimulateConfig:
@@ -125,14 +128,49 @@ def method_replays(specs: Sequence[MethodSpec], ks: Sequence[int], tok: Tokenize
 
 
 def method_specs(cfg: SimulateConfig) -> list[MethodSpec]:
-    """The configured methods, checked: k >= 1, no method twice."""
+    """The configured methods, checked: k >= 1, no method twice; a drafter that reads a target model
+    (a hidden-state head: its factory takes ``target``) gets ``--target-model`` and, as its fallback,
+    the ``--tokenizer`` directory when that holds a model."""
     if not cfg.ks or min(cfg.ks) < 1:
         raise ConfigError("--k: k must be >= 1")
     specs = [MethodSpec.parse(m, cfg.speculative_config, cfg.draft_sampling) for m in cfg.methods]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"--method: the same method twice ({', '.join(labels)})")
-    return specs
+    return _with_targets(specs, cfg)
+
+
+def _takes_target(kind: str) -> bool:
+    import inspect
+
+    from specgauge.drafters.base import drafter_factory
+
+    factory = drafter_factory(kind)
+    return factory is not None and "target" in inspect.signature(factory).parameters
+
+
+def model_dir(spec: str | Path | None) -> str | None:
+    """``spec`` when it is a local model directory (config.json and safetensors weights), else None."""
+    if spec is None or not Path(spec).is_dir():
+        return None
+    d = Path(spec)
+    return str(d) if (d / "config.json").is_file() and any(d.glob("*.safetensors")) else None
+
+
+def _with_targets(specs: list[MethodSpec], cfg: SimulateConfig) -> list[MethodSpec]:
+    takes = [_takes_target(s.kind) for s in specs]
+    if cfg.target_model is not None:
+        if not Path(cfg.target_model).is_dir():
+            raise ConfigError(f"--target-model {cfg.target_model}: no such directory")
+        if not any(takes):
+            raise ConfigError("--target-model: only for methods that read a target model's hidden states "
+                              "(eagle3:DIR, mtp:DIR, dflash:DIR); none of --method does")
+    extra = {"target": str(cfg.target_model) if cfg.target_model is not None else None,
+             "default_target": model_dir(cfg.tokenizer)}
+    extra = {k: v for k, v in extra.items() if v is not None}
+    if not extra:
+        return specs
+    return [s.model_copy(update={"options": {**s.options, **extra}}) if t else s for s, t in zip(specs, takes, strict=True)]
 
 
 class ReplayTally:

@@ -22,6 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specgauge.records import SessionRecord
+
 GIB = 2**30
 
 
@@ -167,9 +169,9 @@ def peak_device_used_mib(device: Mapping[str, Any] | None) -> float | None:
     return max(peaks) if peaks else None
 
 
-def session_logs(sessions: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def session_logs(sessions: Sequence[SessionRecord]) -> dict[str, Any] | None:
     """The last session's parsed server log (a resumed run keeps the newest)."""
     for s in reversed(sessions):
-        if s.get("server_log_memory"):
-            return dict(s["server_log_memory"])
+        if s.server_log_memory:
+            return dict(s.server_log_memory)
     return None

@@ -15,15 +15,24 @@ from typing import Any
 
 from specgauge import __version__
 from specgauge.distributions import finite_or_none, pct_label
-from specgauge.records import RequestRecord, RunRecord, SpecCounts
+from specgauge.records import (
+    BenchSummary,
+    MetricStats,
+    RequestRecord,
+    RunRecord,
+    SessionRecord,
+    SpecCounts,
+    SpecDecodeStats,
+    SpecgaugeSummary,
+)
 from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
 from specgauge.stats.latency import LatencyMetrics, latency_metrics
 from specgauge.stats.server_memory import server_memory, session_logs
 
 
-def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    last = sessions[-1].get("kv_cache") if sessions else None
-    samples = [x["kv_cache_usage"] for s in sessions for x in s.get("kv_samples") or []]
+def _kv_summary(sessions: Sequence[SessionRecord]) -> dict[str, Any] | None:
+    last = sessions[-1].kv_cache if sessions else None
+    samples = [x.kv_cache_usage for s in sessions for x in s.kv_samples or []]
     if last is None and not samples:
         return None
     out: dict[str, Any] = dict(last or {})
@@ -35,15 +44,16 @@ def _kv_summary(sessions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def counter_total(sessions: Sequence[dict[str, Any]]) -> tuple[SpecCounts | None, str]:
+def counter_total(sessions: Sequence[SessionRecord]) -> tuple[SpecCounts | None, str]:
     """The counter diffs summed over sessions; None (with why) unless every session has one."""
     if not sessions:
         return None, "no session ran"
-    if any("counter_spec" not in s for s in sessions):
+    if not all(s.counters_read for s in sessions):
         return None, "a session was interrupted before its after-run /metrics snapshot: counters do not cover the run"
-    if any(not s["counter_spec"] for s in sessions):
+    counts = [s.counter_spec for s in sessions]
+    if any(c is None for c in counts):
         return None, "no speculative counters in /metrics (speculation off, or not exposed)"
-    return SpecCounts.total([SpecCounts.model_validate(s["counter_spec"]) for s in sessions]), ""
+    return SpecCounts.total([c for c in counts if c is not None]), ""
 
 
 def _segments(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:
@@ -54,78 +64,65 @@ def _segments(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]
 
 
 def summarize(
-    records: Sequence[RequestRecord], sessions: Sequence[dict[str, Any]], run: RunRecord, config: dict[str, Any],
+    records: Sequence[RequestRecord], sessions: Sequence[SessionRecord], run: RunRecord, config: dict[str, Any],
     percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float],
-) -> dict[str, Any]:
-    dur = sum(float(s.get("duration_s", 0.0)) for s in sessions) or 0.0
+) -> BenchSummary:
+    dur = sum(float(s.duration_s or 0.0) for s in sessions) or 0.0
     pcts = sorted(set(percentiles) | {50.0, 90.0, 95.0, 99.0})
     m = latency_metrics(records, dur, pcts, goodput or None)
-    s: dict[str, Any] = _vllm_keys(m, config, percentiles, selected, goodput)
     per_req_acc = acceptance_summary(records, pcts)
     counters, counters_why = counter_total(sessions)
     per_req_total = SpecCounts.total([r.spec for r in records if r.ok and r.spec is not None])
     spec_src = counters or per_req_total
+    spec_decode = None
     if spec_src is not None and spec_src.draft_tokens:
-        s["spec_decode_acceptance_rate"] = finite_or_none(spec_src.acceptance_rate * 100)
-        s["spec_decode_acceptance_length"] = finite_or_none(spec_src.mean_acceptance_length)
-        s["spec_decode_num_drafts"] = spec_src.drafts
-        s["spec_decode_draft_tokens"] = spec_src.draft_tokens
-        s["spec_decode_accepted_tokens"] = spec_src.accepted_tokens
-        s["spec_decode_per_position_acceptance_rates"] = spec_src.per_position_rate
-    gauges = {k: v for sess in sessions for k, v in (sess.get("spec_gauges") or {}).items()}
-    s["specgauge"] = {
-        "version": __version__,
-        "dialect": run.dialect,
-        "server": run.server,
-        "sessions": len(sessions),
-        "resumed_from": run.resumed_from,
-        "warnings": run.warnings,
-        "latency": m.to_json(),
-        "acceptance": {
+        spec_decode = SpecDecodeStats(
+            acceptance_rate=finite_or_none(spec_src.acceptance_rate * 100),
+            acceptance_length=finite_or_none(spec_src.mean_acceptance_length),
+            num_drafts=spec_src.drafts, draft_tokens=spec_src.draft_tokens, accepted_tokens=spec_src.accepted_tokens,
+            per_position_acceptance_rates=spec_src.per_position_rate,
+        )
+    gauges = {k: v for sess in sessions for k, v in (sess.spec_gauges or {}).items()}
+    block = SpecgaugeSummary(
+        version=__version__, dialect=run.dialect, server=run.server, sessions=len(sessions),
+        resumed_from=run.resumed_from, warnings=run.warnings, latency=m.to_json(),
+        acceptance={
             "counters": counts_json(counters, counters_why),
             **per_req_acc,
             "agreement": agreement(per_req_total, counters),
             "server_gauges": gauges,
         },
-        "segments": {
+        segments={
             seg: {
                 "latency": latency_metrics(rs, dur, pcts, goodput or None).to_json(),
                 "acceptance": acceptance_summary(rs, pcts),
             }
             for seg, rs in sorted(_segments(records).items())
         },
-        "memory": {
-            "device": sessions[-1].get("memory") if sessions else None,
+        memory={
+            "device": sessions[-1].memory if sessions else None,
             "kv_cache": _kv_summary(sessions),
             "server": server_memory(_kv_summary(sessions), session_logs(sessions)),
         },
-    }
-    return s
+    )
+    return _vllm_keys(m, config, percentiles, selected, goodput).model_copy(update={"spec_decode": spec_decode, "specgauge": block})
 
 
-def _vllm_keys(m: LatencyMetrics, config: dict[str, Any], percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float]) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "duration": m.duration_s,
-        "completed": m.completed,
-        "failed": m.failed,
-        "total_input_tokens": m.total_input_tokens,
-        "total_output_tokens": m.total_output_tokens,
-        "request_throughput": finite_or_none(m.request_throughput),
-        "request_goodput": finite_or_none(m.request_goodput) if goodput and m.request_goodput is not None else None,
-        "output_throughput": finite_or_none(m.output_throughput),
-        "total_token_throughput": finite_or_none(m.total_token_throughput),
-        "max_concurrent_requests": m.max_concurrent_requests,
-        "max_output_tokens_per_s": finite_or_none(m.max_output_tokens_per_s),
-        "max_concurrency": config.get("max_concurrency"),
-        "request_rate": "inf" if math.isinf(float(config.get("request_rate", math.inf))) else config.get("request_rate"),
-        "burstiness": config.get("burstiness"),
-    }
+def _vllm_keys(m: LatencyMetrics, config: dict[str, Any], percentiles: Sequence[float], selected: Sequence[str], goodput: dict[str, float]) -> BenchSummary:
     dists = m.dists()
-    for name in selected:
-        d = dists[name]
-        s[f"mean_{name}_ms"] = finite_or_none(d.mean * 1000)
-        s[f"median_{name}_ms"] = finite_or_none(d.median * 1000)
-        s[f"std_{name}_ms"] = finite_or_none(d.std * 1000)
-        for p in percentiles:
-            s[f"p{pct_label(p)}_{name}_ms"] = finite_or_none(d.pct(p) * 1000)
-    return s
+    metrics = {
+        name: MetricStats(mean=finite_or_none(dists[name].mean * 1000), median=finite_or_none(dists[name].median * 1000),
+                          std=finite_or_none(dists[name].std * 1000),
+                          percentiles={pct_label(p): finite_or_none(dists[name].pct(p) * 1000) for p in percentiles})
+        for name in selected
+    }
+    return BenchSummary(
+        duration=m.duration_s, completed=m.completed, failed=m.failed, total_input_tokens=m.total_input_tokens,
+        total_output_tokens=m.total_output_tokens, request_throughput=finite_or_none(m.request_throughput),
+        request_goodput=finite_or_none(m.request_goodput) if goodput and m.request_goodput is not None else None,
+        output_throughput=finite_or_none(m.output_throughput), total_token_throughput=finite_or_none(m.total_token_throughput),
+        max_concurrent_requests=m.max_concurrent_requests, max_output_tokens_per_s=finite_or_none(m.max_output_tokens_per_s),
+        max_concurrency=config.get("max_concurrency"),
+        request_rate="inf" if math.isinf(float(config.get("request_rate", math.inf))) else config.get("request_rate"),
+        burstiness=config.get("burstiness"), metrics=metrics,
+    )

@@ -70,7 +70,7 @@ class VerdictCriteria(BaseModel):
     slo_ms: dict[str, float] = Field(default_factory=dict)  #: e.g. {"e2e_p95": 500.0}
     latency_metric: str = "e2e_p95"  #: the latency statistic whose CI can also justify GO
     min_speedup: float = Field(default=MIN_SPEEDUP, gt=0, description="practical margin: the speedup worth turning speculation on for")
-    max_failure_increase: float = Field(default=0.005, ge=0, description="failure-rate rise tolerated (absolute)")
+    max_failure_increase: float = Field(default=0.005, ge=0, le=1, description="failure-rate rise tolerated (absolute)")
     max_divergence: float = Field(default=0.02, ge=0, le=1, description="temperature-0 mismatch share tolerated")
     min_pairs: int = Field(default=10, ge=1)
     alpha: float = Field(default=0.01, gt=0, lt=1, description="significance for the sampled-output tests")

@@ -283,8 +283,8 @@ class _Grid:
             rec.status, rec.error = "failed", self.rel(_first_line(e))
         else:
             rec.status = "done"
-            rec.requests = int(res.summary.get("completed", 0)) + int(res.summary.get("failed", 0))
-            rec.failed = int(res.summary.get("failed", 0))
+            rec.requests = res.record.completed + res.record.failed
+            rec.failed = res.record.failed
             self.result.ran.append(rec.key)
         rec.finished_at = time.time()
         rec.duration_s = rec.finished_at - (rec.started_at or rec.finished_at)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgauge.loadgen.dialects import Dialect
+from specgauge.loadgen.dialects.base import Dialect
 from specgauge.loadgen.metrics_scrape import CounterDiff, Snapshot
 from specgauge.records import SpecCounts
 

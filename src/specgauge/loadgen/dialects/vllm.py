@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgauge.loadgen.dialects import Dialect, spec_from_prefix
+from specgauge.loadgen.dialects.base import Dialect, spec_from_prefix
 from specgauge.loadgen.metrics_scrape import CounterDiff, Snapshot
 from specgauge.records import SpecCounts
 
