@@ -149,7 +149,7 @@ def test_the_target_is_found_or_the_error_names_where_to_give_it(head_dir: Path,
     import re
     import shutil
 
-    from specgauge.drafters.eagle import resolve_target
+    from specgauge.drafters._hidden import resolve_target
 
     kind = "eagle3" if "eagle3" in head_dir.name else "mtp"
     mine = tmp_path / "heads" / "mine"

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from specgauge.drafters._hidden import HiddenFeed, head_dir, open_target, replay_sequence
 from specgauge.drafters.base import ReplayTrace, register_drafter, trace_from_runs
 
 #: step starts drafted per batched forward in replay (bounds the [anchors, k+1, heads, context] scores)
@@ -72,7 +73,7 @@ class _State:
 
 
 @register_drafter("dflash")
-class DFlashDrafter:
+class DFlashDrafter(HiddenFeed):
     """A DFlash head drafting greedily (deterministic, stateless)."""
 
     kind: ClassVar[str] = "dflash"
@@ -91,26 +92,12 @@ class DFlashDrafter:
         **_: Any,
     ) -> None:
         from specgauge.drafters._dflash_head import DFlashLoadError, load_head
-        from specgauge.drafters.eagle import resolve_target
-        from specgauge.nn.transformer import ModelLoadError
         from specgauge.nn.weights import torch_dtype
 
-        if model is None:
-            raise ValueError("method 'dflash' needs \"model\": the DFlash head's directory")
-        self.model_dir = Path(model)
-        if not (self.model_dir / "config.json").is_file():
-            raise ValueError(f"dflash head {self.model_dir}: no config.json")
+        self.model_dir = head_dir(self.kind, model)
         dt = torch_dtype(dtype)
-        where = "the engine's target"
-        if target_model is not None:
-            self.target = target_model
-        else:
-            path, origin = resolve_target(self.model_dir, target, default_target)
-            where = f"target {path}: {origin}"
-            try:
-                self.target = _shared_target(path, dt)
-            except ModelLoadError as e:
-                raise ValueError(f"dflash head {self.model_dir}: {e} ({where})") from None
+        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target,
+                                         _shared_target, dt)
         try:
             self.head = load_head(self.model_dir, self.target, dt)
         except DFlashLoadError as e:
@@ -132,38 +119,12 @@ class DFlashDrafter:
         self._req[request_id] = _State([(torch.zeros(shape, dtype=self._dtype), torch.zeros(shape, dtype=self._dtype))
                                         for _ in range(c.num_layers)])
 
-    def observe_hidden(self, request_id: str, hidden: Any) -> None:
-        """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""
-        st = self._req.get(request_id)
-        if st is not None and hidden.shape[0]:
-            st.pending.append(hidden)
-
-    def propose(self, request_id: str, history: Sequence[int], k: int) -> list[int]:
-        return self.propose_batch([request_id], [history], [k])[0]
-
-    def end(self, request_id: str, output_ids: Sequence[int]) -> None:
-        self._req.pop(request_id, None)
-
     # -- the engine's proposer -------------------------------------------------------------------
-    def propose_batch(self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]) -> list[list[int]]:
-        import torch
-
-        with torch.inference_mode():
-            return [self._propose_one(rid, hist, k) if k > 0 else []
-                    for rid, hist, k in zip(request_ids, histories, ks, strict=True)]
-
     def _propose_one(self, rid: str, hist: Sequence[int], k: int) -> list[int]:
         import torch
 
-        st = self._req[rid]
-        if not st.pending:
-            raise RuntimeError(f"dflash drafter: no target hidden states for request {rid!r} (the engine must feed "
-                               "observe_hidden after every target forward)")
-        hid = torch.cat(st.pending)
+        st, hid = self._take_pending(rid, hist)
         c, n = st.n, hid.shape[0]
-        if c + n + 1 != len(hist):
-            raise RuntimeError(f"dflash drafter: request {rid!r} has hidden states for {c + n} positions but a history "
-                               f"of {len(hist)} tokens (expected one more)")
         if c + n + 1 + k > self.max_len:
             raise ValueError("dflash drafter: sequence longer than max_model_len")
         for (ck, cv), (k_new, v_new) in zip(st.ctx, self.head.context(hid, torch.arange(c, c + n)), strict=True):
@@ -199,13 +160,7 @@ class DFlashDrafter:
 
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        seq = [int(t) for t in (*prompt_ids, *output_ids)]
-        if not prompt_ids:
-            raise ValueError("replay needs a non-empty prompt")
-        V = self.head.c.vocab_size
-        bad = next((t for t in seq if not 0 <= t < V), None)
-        if bad is not None:
-            raise ValueError(f"token id {bad} outside the target's vocabulary (size {V})")
+        seq = replay_sequence(prompt_ids, output_ids, self.head.c.vocab_size)
         n, P = len(output_ids), len(prompt_ids)
         drafts = np.full((n, k), -1, dtype=np.int64)
         if n < 2:

@@ -33,7 +33,6 @@ server drafts that way.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from specgauge.drafters._hidden import HiddenFeed, head_dir, open_target, replay_sequence
 from specgauge.drafters.base import register_drafter, runs_from_matches
 
 _MAX_REPLAY_LEVELS = 32
@@ -54,39 +54,7 @@ class _State:
     pending: list[Any] = field(default_factory=list)  # target hidden rows for positions n, n+1, ...
 
 
-def _named_target(cfg: dict[str, Any]) -> str | None:
-    """What a head's config names its target by: ``target_model`` (the shipped heads), else a
-    ``speculators``-format checkpoint's ``speculators_config.verifier.name_or_path``."""
-    sc = cfg.get("speculators_config")
-    verifier = sc.get("verifier") if isinstance(sc, dict) else None
-    hint = cfg.get("target_model") or (verifier.get("name_or_path") if isinstance(verifier, dict) else None)
-    return str(hint) if hint else None
-
-
-def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[Path, str]:
-    """The target model directory a head belongs to, and where that came from (for errors): ``target``
-    if given; else what the head's config names (``target_model``, relative to the head's parent
-    directory as the shipped heads carry it, or absolute; or a ``speculators`` verifier) when that is
-    a directory here; else ``default_target`` (simulate: the ``--tokenizer`` directory when it holds a
-    model). Nothing is downloaded: a Hub id that is no directory here is an error that says so."""
-    if target is not None:
-        return Path(target), "given (simulate: --target-model)"
-    cfg_path = head_dir / "config.json"
-    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
-    hint = _named_target(cfg)
-    if hint:
-        cand = Path(hint) if Path(hint).is_absolute() else head_dir.parent / hint
-        if cand.is_dir():
-            return cand.resolve(), f"named by the head's config.json ({hint!r})"
-    if default_target is not None:
-        return Path(default_target), "the --tokenizer directory (a model directory)"
-    named = (f"its config.json names target {hint!r}, which is no directory here (nothing is downloaded)" if hint
-             else "its config.json names no target ('target_model')")
-    raise ValueError(f"{head_dir}: a hidden-state head needs its target model and {named}: pass the target's "
-                     "directory (simulate: --target-model DIR; target=DIR in the API)")
-
-
-class HiddenStateDrafter:
+class HiddenStateDrafter(HiddenFeed):
     """A head that reads the target's hidden states; greedy, so deterministic."""
 
     kind: ClassVar[str] = ""
@@ -105,25 +73,11 @@ class HiddenStateDrafter:
         **_: Any,
     ) -> None:
         from specgauge.drafters._heads import HeadLoadError, load_head
-        from specgauge.nn.transformer import ModelLoadError
         from specgauge.nn.weights import load_model, torch_dtype
 
-        if model is None:
-            raise ValueError(f"method {self.kind!r} needs \"model\": the head's directory")
-        self.model_dir = Path(model)
-        if not (self.model_dir / "config.json").is_file():
-            raise ValueError(f"{self.kind} head {self.model_dir}: no config.json")
+        self.model_dir = head_dir(self.kind, model)
         dt = torch_dtype(dtype)
-        where = "the engine's target"
-        if target_model is not None:
-            self.target = target_model
-        else:
-            path, origin = resolve_target(self.model_dir, target, default_target)
-            where = f"target {path}: {origin}"
-            try:
-                self.target = load_model(path, dt)
-            except ModelLoadError as e:
-                raise ValueError(f"{self.kind} head {self.model_dir}: {e} ({where})") from None
+        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target, load_model, dt)
         try:
             self.head = load_head(self.model_dir, self.target, dt)
         except HeadLoadError as e:
@@ -146,43 +100,13 @@ class HiddenStateDrafter:
         shape = (self.max_len, c.num_kv_heads, c.head_dim)
         self._req[request_id] = _State(torch.zeros(shape, dtype=self._dtype), torch.zeros(shape, dtype=self._dtype))
 
-    def observe_hidden(self, request_id: str, hidden: Any) -> None:
-        """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""
-        st = self._req.get(request_id)
-        if st is not None and hidden.shape[0]:
-            st.pending.append(hidden)
-
-    def propose(self, request_id: str, history: Sequence[int], k: int) -> list[int]:
-        return self.propose_batch([request_id], [history], [k])[0]
-
-    def end(self, request_id: str, output_ids: Sequence[int]) -> None:
-        self._req.pop(request_id, None)
-
     # -- the engine's proposer -------------------------------------------------------------------
-    def propose_batch(
-        self, request_ids: Sequence[str], histories: Sequence[Sequence[int]], ks: Sequence[int]
-    ) -> list[list[int]]:
-        import torch
-
-        out: list[list[int]] = []
-        with torch.inference_mode():
-            for rid, hist, k in zip(request_ids, histories, ks, strict=True):
-                out.append(self._propose_one(rid, hist, k) if k > 0 else [])
-        return out
-
     def _propose_one(self, rid: str, hist: Sequence[int], k: int) -> list[int]:
         import torch
 
-        st = self._req[rid]
+        st, hid = self._take_pending(rid, hist)
         h = self.head
-        if not st.pending:
-            raise RuntimeError(f"{self.kind} drafter: no target hidden states for request {rid!r} (the engine "
-                               "must feed observe_hidden after every target forward)")
-        hid = torch.cat(st.pending)
         c, n = st.n, hid.shape[0]
-        if c + n + 1 != len(hist):
-            raise RuntimeError(f"{self.kind} drafter: request {rid!r} has hidden states for {c + n} positions "
-                               f"but a history of {len(hist)} tokens (expected one more)")
         if c + n + k > self.max_len:
             raise ValueError(f"{self.kind} drafter: sequence longer than max_model_len")
         # first pass: positions c..c+n-1, token t[p+1], the target's hidden state at p
@@ -213,13 +137,7 @@ class HiddenStateDrafter:
         position len(prompt) - 1 on (-1 before: no step starts there)."""
         import torch
 
-        seq = [int(t) for t in (*prompt_ids, *output_ids)]
-        if not prompt_ids:
-            raise ValueError("replay needs a non-empty prompt")
-        V = self.head.c.vocab_size
-        bad = [t for t in seq if not 0 <= t < V]
-        if bad:
-            raise ValueError(f"token id {bad[0]} outside the target's vocabulary (size {V})")
+        seq = replay_sequence(prompt_ids, output_ids, self.head.c.vocab_size)
         T = len(seq) - 1
         if T < 1:
             return np.zeros((n_levels, 0), dtype=np.int64), T
