@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specgauge.nn.weights import read_safetensors
+
 ARCHITECTURE = "DFlashDraftModel"
 
 
@@ -253,8 +255,6 @@ def load_head(head_dir: str | Path, target: Any, dtype: torch.dtype = torch.floa
     """Load a DFlash head for ``target`` (a ``specgauge.nn.transformer.Transformer``); its embeddings and
     lm_head are the target's unless the checkpoint ships ``embed_tokens`` / ``lm_head`` (and ``d2t``),
     and a ``mask_embedding.pt`` beside the weights replaces the mask token's embedding, as in vLLM."""
-    from safetensors.torch import load_file
-
     head_dir = Path(head_dir)
     c = DFlashConfig.from_dir(head_dir)
     ta = target.args
@@ -268,12 +268,7 @@ def load_head(head_dir: str | Path, target: Any, dtype: torch.dtype = torch.floa
                               f"the target (0..{ta.num_layers - 1})")
     if not 0 <= c.mask_token_id < ta.vocab_size:
         raise DFlashLoadError(f"{head_dir}: mask_token_id {c.mask_token_id} outside the vocabulary (size {ta.vocab_size})")
-    files = sorted(head_dir.glob("*.safetensors"))
-    if not files:
-        raise DFlashLoadError(f"{head_dir}: no *.safetensors weights")
-    sd: dict[str, Tensor] = {}
-    for f in files:
-        sd.update(load_file(str(f)))
+    sd = read_safetensors(head_dir, DFlashLoadError, "")
     sd = {(n[len("model."):] if n.startswith("model.") else n): t for n, t in sd.items()}
     embed = sd.pop("embed_tokens.weight", None)
     lm = sd.pop("lm_head.weight", None)

@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from specgauge.nn.weights import read_safetensors
+
 HeadKind = Literal["eagle3", "mtp"]
 
 
@@ -275,8 +277,6 @@ def checkpoint_names(c: HeadConfig, target_num_layers: int) -> dict[str, str]:
 def load_head(head_dir: str | Path, target: Any, dtype: torch.dtype = torch.float32) -> Head:
     """Load a head for ``target`` (a :class:`specgauge.nn.transformer.Transformer`): embeddings are the
     target's (vLLM shares them when the checkpoint has none), as is an MTP head's lm_head when absent."""
-    from safetensors.torch import load_file
-
     head_dir = Path(head_dir)
     ta = target.args
     c = HeadConfig.from_dir(head_dir, ta.num_layers)
@@ -287,12 +287,7 @@ def load_head(head_dir: str | Path, target: Any, dtype: torch.dtype = torch.floa
     for i in c.aux_layer_ids:
         if i != "final" and not 0 <= int(i) <= ta.num_layers:
             raise HeadLoadError(f"{head_dir}: auxiliary layer id {i} outside the target's 0..{ta.num_layers}")
-    files = sorted(head_dir.glob("*.safetensors"))
-    if not files:
-        raise HeadLoadError(f"{head_dir}: no *.safetensors weights")
-    sd: dict[str, Tensor] = {}
-    for f in files:
-        sd.update(load_file(str(f)))
+    sd = read_safetensors(head_dir, HeadLoadError, "")
     emb = sd.get("embed_tokens.weight", sd.get(f"model.layers.{ta.num_layers}.embed_tokens.weight"))
     names = checkpoint_names(c, ta.num_layers)
     lm = None

@@ -25,10 +25,14 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _read_weights(model_dir: Path) -> dict[str, Tensor]:
+def read_safetensors(
+    model_dir: Path, error: type[Exception] = ModelLoadError, hint: str = " (pytorch_model.bin is not read)"
+) -> dict[str, Tensor]:
+    """Every tensor of the directory's ``*.safetensors`` files (sorted by name, later files win);
+    ``error`` names the directory when there is none."""
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
-        raise ModelLoadError(f"{model_dir}: no *.safetensors weights (pytorch_model.bin is not read)")
+        raise error(f"{model_dir}: no *.safetensors weights{hint}")
     sd: dict[str, Tensor] = {}
     for f in files:
         sd.update(load_file(str(f)))
@@ -45,7 +49,7 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Tra
     """Load a Llama / Qwen2 / Qwen3 checkpoint into the lean :class:`Transformer` (eval mode)."""
     model_dir = Path(model_dir)
     a = ModelArgs.from_dir(model_dir)
-    sd = _read_weights(model_dir)
+    sd = read_safetensors(model_dir)
     sd = {k.removeprefix("model."): v for k, v in sd.items()}
 
     def take(name: str) -> Tensor:
