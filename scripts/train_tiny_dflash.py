@@ -168,8 +168,9 @@ def train(head: DFlashHead, data: list[tuple[torch.Tensor, ...]], args: argparse
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % 10 == 0 or step == args.steps:
-            curve.append([step, k, round(float(loss), 4)])
-            print(f"[dflash] step {step}/{args.steps} k {k} loss {float(loss):.4f}", flush=True)
+            value = loss.item()
+            curve.append([step, k, round(value, 4)])
+            print(f"[dflash] step {step}/{args.steps} k {k} loss {value:.4f}", flush=True)
     return curve
 
 
