@@ -36,12 +36,14 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.drafters.base import ReplayTrace
 from specgauge.paths import portable_specs, resolve_specs
 from specgauge.predict.law import StepTable
 from specgauge.predict.replay import resolve_spec
 from specgauge.predict.schedule import PlannedRequest
 from specgauge.predict.types import CellSpec, ProfileError
 from specgauge.records import RequestRecord, ResultsFile
+from specgauge.stats.replay_check import final_bound
 
 CELL_FILE = "cell.json"
 #: chunks of one stream closer than this did not come from separate engine steps (no engine steps in
@@ -151,14 +153,26 @@ def _spec_dict(rec: RequestRecord) -> dict[str, Any]:
     return sd if isinstance(sd, dict) else {}
 
 
+def counts_agree(tr: PlannedRequest, draft_tokens: int | None, accepted_tokens: int | None) -> bool:
+    """The server's per-request totals are the replayed trace's: the same draft tokens, and accepted
+    tokens within the final step's bound (the server counts drafts accepted past the output's end —
+    past max_tokens, after the EOS — before it cuts: ``stats.replay_check.final_bound``). A count the
+    server did not give (None) is not compared."""
+    if draft_tokens is not None and draft_tokens != int(tr.drafted.sum()):
+        return False
+    if accepted_tokens is None:
+        return True
+    ra = int(tr.accepted.sum())
+    return ra <= accepted_tokens <= ra + final_bound(ReplayTrace(tr.drafted, tr.accepted), tr.output_tokens)
+
+
 def _trace_matches(tr: PlannedRequest, rec: RequestRecord, steps: int, tokens: np.ndarray | None) -> bool:
     """The replayed trace is what this request did live: same steps and totals as the server's counts,
     and (``tokens``: one chunk per step) the same tokens at every step."""
     if len(tr.drafted) != steps or tr.output_tokens != (rec.output_tokens or 0):
         return False
     s = rec.spec
-    if s is not None and ((s.draft_tokens is not None and s.draft_tokens != int(tr.drafted.sum()))
-                          or (s.accepted_tokens is not None and s.accepted_tokens != int(tr.accepted.sum()))):
+    if s is not None and not counts_agree(tr, s.draft_tokens, s.accepted_tokens):
         return False
     if tokens is not None:
         remaining = tr.output_tokens - 1
@@ -424,7 +438,8 @@ def _aligned_steps(oj: RequestObs, lo: float, hi: float, grid: np.ndarray) -> tu
 
 
 def replay_check(records: Sequence[RequestRecord], traces: Mapping[str, PlannedRequest]) -> dict[str, Any]:
-    """Replayed acceptance against the server's own per-request counts, on the requests of one run."""
+    """Replayed acceptance against the server's own per-request counts, on the requests of one run. A
+    request is identical when ``counts_agree``."""
     live_acc = live_dr = rep_acc = rep_dr = 0
     same = n = greedy_differ = 0
     missing = 0
@@ -444,7 +459,7 @@ def replay_check(records: Sequence[RequestRecord], traces: Mapping[str, PlannedR
         ra, rdft = int(tr.accepted.sum()), int(tr.drafted.sum())
         rep_acc += ra
         rep_dr += rdft
-        ident = ra == s.accepted_tokens and rdft == s.draft_tokens
+        ident = counts_agree(tr, s.draft_tokens, s.accepted_tokens)
         same += int(ident)
         greedy_differ += int(tr.greedy and not ident)
     out: dict[str, Any] = {"requests": n, "identical_requests": same, "greedy_differ": greedy_differ, "not_in_workload": missing,
