@@ -91,6 +91,17 @@ def trace_from_matches(match: np.ndarray, k: int) -> ReplayTrace:
     return trace_from_runs(runs_from_matches(match), k)
 
 
+def final_bound(t: ReplayTrace, n_out: int) -> int:
+    """Draft tokens of the final step past the output's end (``n_out`` tokens): how many more accepted
+    tokens a server may count than the replay (vLLM's scheduler and the embedded engine count a step's
+    accepted drafts before cutting at max_tokens or the EOS)."""
+    if not t.drafted.size or t.drafted[-1] == 0:
+        return 0
+    a = int(t.accepted[-1])
+    pos = 1 + int(t.accepted[:-1].sum()) + t.drafted.size - 1
+    return int(t.drafted[-1]) - a if a >= n_out - pos else 0
+
+
 def trace_from_runs(run: np.ndarray, k: int) -> ReplayTrace:
     """The decode steps over one output from its per-position accepted runs: ``run[j]`` is how many
     draft tokens a step starting at output position j would have accepted (``kmax``-capped, see

@@ -36,14 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.drafters.base import ReplayTrace
+from specgauge.drafters.base import ReplayTrace, final_bound
 from specgauge.paths import portable_specs, resolve_specs
 from specgauge.predict.law import StepTable
 from specgauge.predict.replay import resolve_spec
 from specgauge.predict.schedule import PlannedRequest
 from specgauge.predict.types import CellSpec, ProfileError
 from specgauge.records import RequestRecord, ResultsFile
-from specgauge.stats.replay_check import final_bound
 
 CELL_FILE = "cell.json"
 #: chunks of one stream closer than this did not come from separate engine steps (no engine steps in
@@ -156,7 +155,7 @@ def _spec_dict(rec: RequestRecord) -> dict[str, Any]:
 def counts_agree(tr: PlannedRequest, draft_tokens: int | None, accepted_tokens: int | None) -> bool:
     """The server's per-request totals are the replayed trace's: the same draft tokens, and accepted
     tokens within the final step's bound (the server counts drafts accepted past the output's end —
-    past max_tokens, after the EOS — before it cuts: ``stats.replay_check.final_bound``). A count the
+    past max_tokens, after the EOS — before it cuts: ``drafters.base.final_bound``). A count the
     server did not give (None) is not compared."""
     if draft_tokens is not None and draft_tokens != int(tr.drafted.sum()):
         return False

@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from specgauge.config import SpeculativeConfig
-from specgauge.drafters.base import ReplayTrace, drafter_factory
+from specgauge.drafters.base import ReplayTrace, drafter_factory, final_bound
 from specgauge.offline.replay import MethodReplay, MethodSpec
 from specgauge.records import RequestRecord
 from specgauge.stats.record_fields import per_step, token_ids
@@ -137,15 +137,6 @@ def _per_step(rec: RequestRecord) -> list[tuple[int, int]] | None:
 
 def _steps(t: ReplayTrace) -> list[tuple[int, int]]:
     return [(int(d), int(a)) for d, a in zip(t.drafted, t.accepted) if d > 0]
-
-
-def final_bound(t: ReplayTrace, n_out: int) -> int:
-    """Draft tokens of the final step past the output's end: how many more the server may count."""
-    if not t.drafted.size or t.drafted[-1] == 0:
-        return 0
-    a = int(t.accepted[-1])
-    pos = 1 + int(t.accepted[:-1].sum()) + t.drafted.size - 1
-    return int(t.drafted[-1]) - a if a >= n_out - pos else 0
 
 
 def judge_request(rid: str, t: ReplayTrace, n_out: int, server: Counts | None,
