@@ -122,3 +122,11 @@ def test_real_vllm_bench_results_in_compare() -> None:
     assert load_run(base).speculative is False and run.speculative is True
     res = compare_paths(CompareRequest(baseline=base, candidate=spec))
     assert res.overall is not None and res.overall.paired is False and res.overall.speedup.estimate is not None
+
+
+def test_aiperf_export_in_compare_beside_a_specgauge_run(tmp_path: Path) -> None:
+    own = _own_run(tmp_path / "specgauge-run")
+    cmp = compare_paths(CompareRequest(baseline=own, candidate=AIPERF))  # no shared ids: unpaired, said so
+    assert cmp.overall is not None and cmp.overall.paired is False
+    assert any("unpaired" in n for n in cmp.notes)
+    assert cmp.overall.speedup.estimate is not None and cmp.overall.speedup.estimate > 0
