@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from specgauge.canary import CanaryConfig, CanaryThread
 from specgauge.canary.controller import CanaryStateError
 from specgauge.canary.eventlog import read_events
-from specgauge.canary.proxy import TAG_HEADER, split_credentials
+from specgauge.canary.intake import split_credentials
+from specgauge.canary.proxy import TAG_HEADER
 from specgauge.loadgen.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 
@@ -267,13 +268,13 @@ def test_large_bodies_are_parsed_off_the_event_loop(rec_pair: tuple[Recorder, Re
     import specgauge.canary.proxy as proxy_mod
 
     threads: list[str] = []
-    real = proxy_mod._inspect
+    real = proxy_mod.inspect_body
 
     def spy(body: bytes) -> Any:
         threads.append(threading.current_thread().name)
         return real(body)
 
-    monkeypatch.setattr(proxy_mod, "_inspect", spy)
+    monkeypatch.setattr(proxy_mod, "inspect_body", spy)
     base, cand = rec_pair
     with CanaryThread(cfg(base.url(), cand.url(), tmp_path / "o")) as cy:
         httpx.post(cy.base_url + "/v1/chat/completions", json=chat(temperature=0), timeout=10)

@@ -34,27 +34,27 @@ body ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
-from specgauge.canary.intake import BodyGate, error_response, split_credentials
-from specgauge.canary.observe import (
-    Capture,
-    Role,
-    Side,
-    build_record,
-    is_greedy,
-    pairing_key,
+from specgauge.canary.exchange import (
+    ProxyHost,
+    Upstream,
+    inspect_body,
+    Opened,
+    Pending,
+    RelayedResponse,
+    RoutedRequest,
+    short_text,
+    client_error,
 )
+from specgauge.canary.intake import BodyGate, error_response
+from specgauge.canary.observe import Capture, Role, Side, build_record
 from specgauge.canary.routing import Router, session_key, to_candidate
-from specgauge.loadgen.dialects import Dialect
 from specgauge.loadgen.runner import classify_failure
 from specgauge.records import FailureKind, RequestRecord
 
@@ -67,114 +67,6 @@ ROUTED = ("/v1/chat/completions", "/v1/completions")
 #: bodies larger than this are parsed and hashed off the event loop
 OFFLOAD_BYTES = 1 << 20
 _log = logging.getLogger("specgauge.canary")
-
-
-def client_error(status: int | None) -> bool:
-    """A 4xx that says the request itself is wrong (not 408/429, which are the server's state)."""
-    return status is not None and 400 <= status < 500 and status not in (408, 429)
-
-
-class ProxyHost(Protocol):
-    """What the proxy needs from the service that owns the weights and the windows."""
-
-    def live_weight(self) -> float: ...
-    def mirror_weight(self) -> float: ...
-    def record(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, pair_key: str | None,
-               client_gone: bool, client_error: bool) -> None: ...
-    def status(self) -> dict[str, Any]: ...
-
-
-@dataclass
-class Upstream:
-    side: Side
-    base_url: str  #: may carry user:password; never logged (``config.public_url``)
-    session: aiohttp.ClientSession
-    dialect: Dialect
-    url: str = field(init=False)  #: base_url without credentials: what requests are sent to
-    basic_auth: str | None = field(init=False)  #: the URL's credentials as an Authorization value
-
-    def __post_init__(self) -> None:
-        self.url, self.basic_auth = split_credentials(self.base_url)
-
-    def headers(self, client: dict[str, str]) -> dict[str, str]:
-        """The client's headers for this upstream: its URL credentials only when the client brings none."""
-        if self.basic_auth is None or any(k.lower() == "authorization" for k in client):
-            return client
-        return {**client, "Authorization": self.basic_auth}
-
-
-@dataclass(slots=True)
-class _Req:
-    seq: int
-    rid: str
-    path_qs: str
-    body: bytes
-    obj: dict[str, Any] | None
-    headers: dict[str, str]
-    stream: bool
-    point: float
-    keyed: bool
-    greedy: bool
-    weight: float = 0.0  #: the live weight when it was routed
-    mirror_weight: float = 0.0
-    pair_key: str | None = None  #: for greedy pairing (body hash in live mode, id when mirrored)
-    mirrored: bool = False
-
-
-@dataclass(slots=True)
-class _Opened:
-    resp: aiohttp.ClientResponse
-    stream: bool = False
-    first: bytes = b""
-    first_t: float = 0.0  #: perf_counter() when the first bytes came in
-    parsed: bool = True  #: False: ``first`` is still to be fed to the capture (after it was forwarded)
-    raw: bytes = b""
-    failure: tuple[FailureKind, str] | None = None
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A candidate attempt that failed before its first byte: recorded once the baseline answered."""
-
-    rec: RequestRecord
-    status: int | None
-
-
-class _Relayed(web.StreamResponse):
-    """A streamed response whose headers leave with the first chunk (one send instead of two: the
-    proxy only prepares a response once that chunk is in hand). A no-op on aiohttp without the knob."""
-
-    _send_headers_immediately = False
-
-
-def _json_obj(body: bytes) -> dict[str, Any] | None:
-    """The body as a JSON object, else None: orjson (a few µs), the standard library for what orjson
-    refuses (NaN). It only routes and pairs; the upstream gets the body's bytes as received. Nesting
-    past orjson's limit (1,024) is not parsed at all (the standard library would recurse into a
-    RecursionError)."""
-    if not body:
-        return None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        if "recursion" in str(e).lower():
-            return None
-        try:
-            obj = json.loads(body)
-        except (ValueError, RecursionError):
-            return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _inspect(body: bytes) -> tuple[dict[str, Any] | None, bool, str | None]:
-    """(JSON object or None, greedy, greedy pairing key) of a body: the CPU work on one request."""
-    obj = _json_obj(body)
-    greedy = is_greedy(obj)
-    return obj, greedy, ("body:" + pairing_key(obj) if greedy and obj is not None else None)
-
-
-def _short(raw: bytes) -> str:
-    return raw[:200].decode("utf-8", "replace").strip()
 
 
 class Proxy:
@@ -240,15 +132,15 @@ class Proxy:
         seq = self._seq
         self._seq += 1
         if len(body) > OFFLOAD_BYTES:  # parsing and hashing a large body would stall every stream
-            obj, greedy, body_key = await asyncio.to_thread(_inspect, body)
+            obj, greedy, body_key = await asyncio.to_thread(inspect_body, body)
         else:
-            obj, greedy, body_key = _inspect(body)
+            obj, greedy, body_key = inspect_body(body)
         point, keyed = self.router.point(session_key(request.headers, obj, self.session_header))
-        req = _Req(seq=seq, rid=f"r{seq}", path_qs=request.path_qs, body=body, obj=obj,
+        req = RoutedRequest(seq=seq, rid=f"r{seq}", path_qs=request.path_qs, body=body, obj=obj,
                    headers=self._upstream_headers(request), stream=bool(obj is not None and obj.get("stream") is True),
                    point=point, keyed=keyed, greedy=greedy)
         req.weight, req.mirror_weight = self.host.live_weight(), self.host.mirror_weight()
-        pending: _Pending | None = None
+        pending: Pending | None = None
         if obj is not None and to_candidate(point, req.weight):
             if req.greedy:
                 req.pair_key = body_key
@@ -278,11 +170,11 @@ class Proxy:
             h[TAG_HEADER] = side.value
         return h
 
-    def _canary_facts(self, req: _Req, side: Side, role: Role, **more: Any) -> dict[str, Any]:
+    def _canary_facts(self, req: RoutedRequest, side: Side, role: Role, **more: Any) -> dict[str, Any]:
         return {"side": side.value, "role": role.value, "point": round(req.point, 6), "keyed": req.keyed,
                 "stream": req.stream, "greedy": req.greedy, "weight": req.weight, "mirror_weight": req.mirror_weight, **more}
 
-    async def _open(self, up: Upstream, req: _Req, cap: Capture, first_timeout: float, parse_first: bool = True) -> _Opened:
+    async def _open(self, up: Upstream, req: RoutedRequest, cap: Capture, first_timeout: float, parse_first: bool = True) -> Opened:
         """Send, and read up to the first body bytes (a whole body when not streamed). With
         ``parse_first`` the first bytes are parsed here, before they are forwarded (a bad first
         event can still be retried); without it (nothing to retry) they are parsed after forwarding."""
@@ -292,26 +184,26 @@ class Proxy:
             try:
                 if not 200 <= resp.status < 300:
                     raw = await resp.read()
-                    return _Opened(resp, raw=raw, failure=(FailureKind.http_status, f"HTTP {resp.status}: {_short(raw)}"))
+                    return Opened(resp, raw=raw, failure=(FailureKind.http_status, f"HTTP {resp.status}: {short_text(raw)}"))
                 if "text/event-stream" in resp.headers.get("Content-Type", ""):
                     first = await resp.content.readany()
                     t = time.perf_counter()
                     if not first:
-                        return _Opened(resp, stream=True, failure=(FailureKind.stream_cut_short, "an empty event stream"))
+                        return Opened(resp, stream=True, failure=(FailureKind.stream_cut_short, "an empty event stream"))
                     if not parse_first:
-                        return _Opened(resp, stream=True, first=first, first_t=t, parsed=False)
+                        return Opened(resp, stream=True, first=first, first_t=t, parsed=False)
                     cap.feed(first, t)  # parsed *before* it is forwarded: a bad first event can still be retried
-                    return _Opened(resp, stream=True, first=first, first_t=t, failure=cap.failure)
+                    return Opened(resp, stream=True, first=first, first_t=t, failure=cap.failure)
                 raw = await resp.read()
                 cap.body(raw)
-                return _Opened(resp, raw=raw, failure=cap.failure)
+                return Opened(resp, raw=raw, failure=cap.failure)
             except BaseException:
                 resp.close()
                 raise
 
-    async def _serve(self, request: web.Request, req: _Req, up: Upstream, role: Role, *, retryable: bool,
-                     pending: _Pending | None = None) -> web.StreamResponse | _Pending:
-        """Serve from ``up``. With ``retryable`` a failure before the first byte returns a ``_Pending``
+    async def _serve(self, request: web.Request, req: RoutedRequest, up: Upstream, role: Role, *, retryable: bool,
+                     pending: Pending | None = None) -> web.StreamResponse | Pending:
+        """Serve from ``up``. With ``retryable`` a failure before the first byte returns a ``Pending``
         (nothing was sent to the client); otherwise the client gets the upstream's answer or a 502/504."""
         cap = Capture(up.dialect, time.perf_counter())
         started = time.time()
@@ -322,7 +214,7 @@ class Proxy:
             failure = self._failure_before_first_byte(e, req, first_timeout)
             rec = self._record(req, cap, up.side, role, started, failure, None, None, retried=retryable, bytes_sent=False)
             if retryable:
-                return _Pending(rec, None)
+                return Pending(rec, None)
             self._emit_pending(pending, None)
             self._emit(up.side, role, rec, req)
             status = 504 if failure[0] is FailureKind.timeout else 502
@@ -331,7 +223,7 @@ class Proxy:
         if op.failure is not None and retryable:
             op.resp.close()
             rec = self._record(req, cap, up.side, role, started, op.failure, status, None, retried=True, bytes_sent=False)
-            return _Pending(rec, status)
+            return Pending(rec, status)
         self._emit_pending(pending, status)
         if not op.stream:
             e2e = time.perf_counter() - cap.sent
@@ -343,7 +235,7 @@ class Proxy:
             return web.Response(status=status, body=op.raw, headers=headers)
         return await self._relay(request, req, up, role, op, cap, started)
 
-    def _failure_before_first_byte(self, e: BaseException, req: _Req, first_timeout: float) -> tuple[FailureKind, str]:
+    def _failure_before_first_byte(self, e: BaseException, req: RoutedRequest, first_timeout: float) -> tuple[FailureKind, str]:
         if isinstance(e, aiohttp.ServerTimeoutError) and self.stall_timeout_s is not None:
             what = "no response" if not req.stream else "no first byte"
             return FailureKind.timeout, f"{what} for {self.stall_timeout_s:g} s (--stall-timeout)"
@@ -361,10 +253,10 @@ class Proxy:
             return f"a silence longer than {self.stall_timeout_s:g} s inside the response (--stall-timeout)"
         return f"no complete response within {self.timeout_s:g} s (--timeout)"
 
-    async def _relay(self, request: web.Request, req: _Req, up: Upstream, role: Role, op: _Opened, cap: Capture,
+    async def _relay(self, request: web.Request, req: RoutedRequest, up: Upstream, role: Role, op: Opened, cap: Capture,
                      started: float) -> web.StreamResponse:
         resp = op.resp
-        out = _Relayed(status=resp.status, headers=self._response_headers(resp, up.side))
+        out = RelayedResponse(status=resp.status, headers=self._response_headers(resp, up.side))
         failure: tuple[FailureKind, str] | None = None
         gone = False
         try:
@@ -423,7 +315,7 @@ class Proxy:
         return out
 
     # -- shadow --------------------------------------------------------------------------------------
-    def _mirror(self, req: _Req) -> None:
+    def _mirror(self, req: RoutedRequest) -> None:
         if self._shadow_inflight >= self.shadow_max_inflight:
             self.shadow_skipped += 1
             return
@@ -436,7 +328,7 @@ class Proxy:
         self._tasks.discard(task)
         self._shadow_inflight -= 1
 
-    async def _shadow(self, req: _Req) -> None:
+    async def _shadow(self, req: RoutedRequest) -> None:
         up = self.candidate
         cap = Capture(up.dialect, time.perf_counter())
         started = time.time()
@@ -468,18 +360,18 @@ class Proxy:
         self._emit(up.side, Role.shadow, rec, req, client_err=client_error(status))
 
     # -- records ---------------------------------------------------------------------------------------
-    def _record(self, req: _Req, cap: Capture, side: Side, role: Role, started: float, failure: tuple[FailureKind, str] | None,
+    def _record(self, req: RoutedRequest, cap: Capture, side: Side, role: Role, started: float, failure: tuple[FailureKind, str] | None,
                 status: int | None, e2e: float | None, *, retried: bool, bytes_sent: bool, client_gone: bool = False) -> RequestRecord:
         facts = self._canary_facts(req, side, role, retried_on_baseline=retried, bytes_sent=bytes_sent, client_gone=client_gone)
         return build_record(cap, rid=req.rid, seq=req.seq, t0_perf=self.t0_perf, started_at=started, failure=failure,
                             http_status=status, e2e_s=e2e, canary=facts)
 
-    def _emit(self, side: Side, role: Role, rec: RequestRecord, req: _Req, *, gone: bool = False, client_err: bool = False) -> None:
+    def _emit(self, side: Side, role: Role, rec: RequestRecord, req: RoutedRequest, *, gone: bool = False, client_err: bool = False) -> None:
         client_err = client_err or (not rec.ok and client_error(rec.http_status) and side is Side.baseline)
         self.host.record(side, role, rec, counted=not gone and not client_err, pair_key=req.pair_key,
                          client_gone=gone, client_error=client_err)
 
-    def _emit_pending(self, pending: _Pending | None, baseline_status: int | None) -> None:
+    def _emit_pending(self, pending: Pending | None, baseline_status: int | None) -> None:
         """The candidate's failed attempt: a client error when the baseline refused the request too."""
         if pending is None:
             return
