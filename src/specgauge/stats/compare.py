@@ -255,6 +255,68 @@ def _throughput_arrays(recs: Sequence[RequestRecord]) -> tuple[np.ndarray, np.nd
 # ---------------------------------------------------------------------------- the comparison
 
 
+Pairs = list[tuple[RequestRecord, RequestRecord]]
+
+
+def _speedup(pairs: Pairs | None, baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord],
+             cfg: CompareConfig) -> CI:
+    """The throughput ratio's CI: over pairs where there are any, else each side resampled alone."""
+    if pairs is not None:
+        ok = [(b, c) for b, c in pairs if b.output_tokens and c.output_tokens and b.e2e_s and c.e2e_s]
+        tb = np.asarray([float(b.output_tokens) for b, _ in ok])  # type: ignore[arg-type]
+        eb = np.asarray([float(b.e2e_s) for b, _ in ok])  # type: ignore[arg-type]
+        tc = np.asarray([float(c.output_tokens) for _, c in ok])  # type: ignore[arg-type]
+        ec = np.asarray([float(c.e2e_s) for _, c in ok])  # type: ignore[arg-type]
+        sizes: list[int] = [len(ok)]
+    else:
+        tb, eb = _throughput_arrays(baseline)
+        tc, ec = _throughput_arrays(candidate)
+        sizes = [len(tb), len(tc)]
+    if min(sizes, default=0) == 0:
+        return CI(reason="no successful request with output tokens and an end time on both sides")
+    return _ci(*bootstrap(_ratio_of_sums(tc, ec, tb, eb), sizes, cfg), n=min(sizes))
+
+
+def _latency_deltas(pairs: Pairs | None, baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord],
+                    cfg: CompareConfig) -> list[MetricDelta]:
+    deltas: list[MetricDelta] = []
+    for metric in LATENCY_METRICS:
+        if pairs is not None:
+            b, c = _pair_arrays(pairs, metric)
+            msizes = [b.size]
+        else:
+            b, c = _side_array(baseline, metric), _side_array(candidate, metric)
+            msizes = [b.size, c.size]
+        for stat, q in LATENCY_STATS.items():
+            if min(msizes) == 0:
+                why = "no request had two output tokens" if metric == "tpot" else "no successful request on one side"
+                deltas.append(MetricDelta(metric=metric, stat=stat, delta_ms=CI(reason=why)))  # type: ignore[arg-type]
+                continue
+            pb, pc = float(np.percentile(b, q)), float(np.percentile(c, q))
+            d = _ci(*bootstrap(_pct_delta(b, c, q), msizes, cfg), n=min(msizes))
+            deltas.append(MetricDelta(metric=metric, stat=stat, baseline_ms=pb, candidate_ms=pc, delta_ms=d,  # type: ignore[arg-type]
+                                      ratio=pc / pb if pb > 0 else None))
+    return deltas
+
+
+def _failure_diff(common: list[str], bmap: dict[str, RequestRecord], cmap: dict[str, RequestRecord],
+                  baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord], cfg: CompareConfig) -> CI:
+    """The failure rate's difference over requests sent, paired by id where possible."""
+    if common:
+        fb = np.asarray([0.0 if bmap[i].ok else 1.0 for i in common])
+        fc = np.asarray([0.0 if cmap[i].ok else 1.0 for i in common])
+        fsizes = [len(common)]
+    else:
+        fb = np.asarray([0.0 if r.ok else 1.0 for r in baseline])
+        fc = np.asarray([0.0 if r.ok else 1.0 for r in candidate])
+        fsizes = [len(fb), len(fc)]
+    if min(fsizes, default=0) == 0:
+        return CI(reason="a run has no requests")
+    return _ci(*bootstrap(_mean_delta(fb, fc), fsizes, cfg), n=min(fsizes))
+
+
+
+
 def compare_group(
     group: str,
     baseline: Sequence[RequestRecord],
@@ -277,55 +339,9 @@ def compare_group(
     elif common and not pairs:
         notes.append("no request id succeeded in both runs: samples resampled independently (unpaired)")
 
-    # speedup
-    if paired:
-        ok = [(b, c) for b, c in pairs if b.output_tokens and c.output_tokens and b.e2e_s and c.e2e_s]
-        tb = np.asarray([float(b.output_tokens) for b, _ in ok])  # type: ignore[arg-type]
-        eb = np.asarray([float(b.e2e_s) for b, _ in ok])  # type: ignore[arg-type]
-        tc = np.asarray([float(c.output_tokens) for _, c in ok])  # type: ignore[arg-type]
-        ec = np.asarray([float(c.e2e_s) for _, c in ok])  # type: ignore[arg-type]
-        sizes: list[int] = [len(ok)]
-    else:
-        tb, eb = _throughput_arrays(baseline)
-        tc, ec = _throughput_arrays(candidate)
-        sizes = [len(tb), len(tc)]
-    if min(sizes, default=0) == 0:
-        speedup = CI(reason="no successful request with output tokens and an end time on both sides")
-    else:
-        speedup = _ci(*bootstrap(_ratio_of_sums(tc, ec, tb, eb), sizes, cfg), n=min(sizes))
-
-    # latency deltas
-    deltas: list[MetricDelta] = []
-    for metric in LATENCY_METRICS:
-        if paired:
-            b, c = _pair_arrays(pairs, metric)
-            msizes = [b.size]
-        else:
-            b, c = _side_array(baseline, metric), _side_array(candidate, metric)
-            msizes = [b.size, c.size]
-        for stat, q in LATENCY_STATS.items():
-            if min(msizes) == 0:
-                why = "no request had two output tokens" if metric == "tpot" else "no successful request on one side"
-                deltas.append(MetricDelta(metric=metric, stat=stat, delta_ms=CI(reason=why)))  # type: ignore[arg-type]
-                continue
-            pb, pc = float(np.percentile(b, q)), float(np.percentile(c, q))
-            d = _ci(*bootstrap(_pct_delta(b, c, q), msizes, cfg), n=min(msizes))
-            deltas.append(MetricDelta(metric=metric, stat=stat, baseline_ms=pb, candidate_ms=pc, delta_ms=d,  # type: ignore[arg-type]
-                                      ratio=pc / pb if pb > 0 else None))
-
-    # failure rate (over requests sent; paired by id where possible)
-    if common:
-        fb = np.asarray([0.0 if bmap[i].ok else 1.0 for i in common])
-        fc = np.asarray([0.0 if cmap[i].ok else 1.0 for i in common])
-        fsizes = [len(common)]
-    else:
-        fb = np.asarray([0.0 if r.ok else 1.0 for r in baseline])
-        fc = np.asarray([0.0 if r.ok else 1.0 for r in candidate])
-        fsizes = [len(fb), len(fc)]
-    if min(fsizes, default=0) == 0:
-        fdiff = CI(reason="a run has no requests")
-    else:
-        fdiff = _ci(*bootstrap(_mean_delta(fb, fc), fsizes, cfg), n=min(fsizes))
+    speedup = _speedup(pairs if paired else None, baseline, candidate, cfg)
+    deltas = _latency_deltas(pairs if paired else None, baseline, candidate, cfg)
+    fdiff = _failure_diff(common, bmap, cmap, baseline, candidate, cfg)
 
     rb = _measured_ratio(baseline, candidate, durations)
     nb_fail = sum(not r.ok for r in baseline)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
 
@@ -202,85 +203,111 @@ def _latency_threshold(baseline_ms: float, m: float) -> float:
     return -(1.0 - 1.0 / m) * baseline_ms if m > 1 else 0.0
 
 
-def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
-    nogo: list[str] = []  # hard reasons: NO-GO whatever else holds
-    soft: list[str] = []  # no gain worth having: NO-GO unless the latency clears the margin
-    block: list[str] = []
-    good: list[str] = []
-    notes: list[str] = []
-    n = g.speedup.n
-    s = g.speedup
-    m = crit.min_speedup
+@dataclass
+class _Findings:
+    """What each check found, sorted by weight: ``nogo`` hard reasons (NO-GO whatever else holds),
+    ``soft`` no gain worth having (NO-GO unless the latency clears the margin), ``block`` what keeps
+    the verdict open, ``good`` gains, ``notes`` context."""
+
+    nogo: list[str] = field(default_factory=list)
+    soft: list[str] = field(default_factory=list)
+    block: list[str] = field(default_factory=list)
+    good: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _judge_speedup(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> str | None:
+    n, s, m = g.speedup.n, g.speedup, crit.min_speedup
     b_lo, b_hi = band(m)
-    finding: str | None = None
     if n < crit.min_pairs:
-        block.append(en("verdict.min_pairs_paired" if g.paired else "verdict.min_pairs", n=n, need=crit.min_pairs))
+        fx.block.append(en("verdict.min_pairs_paired" if g.paired else "verdict.min_pairs", n=n, need=crit.min_pairs))
     if s.estimate is None:
-        block.append(en("verdict.no_estimate", reason=s.reason))
-    elif s.low is not None and s.high is not None:
-        ci = en("verdict.ci", est=_x(s.estimate), lo=_x(s.low), hi=_x(s.high))
-        if n < crit.min_pairs:  # a bootstrap over a handful of pairs is no interval to act on
-            notes.append(en("verdict.speedup_few", ci=ci))
-        else:
-            finding = _speedup_finding(s.low, s.high, m)
-            if finding == GAIN:
-                good.append(en("verdict.gain", m=f"{m:g}", ci=ci))
-            elif finding == EQUIVALENT:
-                soft.append(en("verdict.equivalent", ci=ci, lo=f"{b_lo:.3f}", hi=f"{b_hi:.3f}"))
-            elif finding == SLOWER:
-                nogo.append(en("verdict.slower", ci=ci))
-            elif finding == NO_GAIN:
-                soft.append(en("verdict.no_gain", ci=ci, m=f"{m:g}"))
-            else:
-                notes.append(en("verdict.unsettled", ci=ci, m=f"{m:g}"))
-    lm = g.metric(crit.latency_metric)
-    if lm is not None and lm.delta_ms.estimate is not None and lm.delta_ms.low is not None and lm.delta_ms.high is not None:
-        d = lm.delta_ms
-        txt = en("verdict.latency", metric=_words(lm.key), base=f"{lm.baseline_ms:.1f}", cand=f"{lm.candidate_ms:.1f}",
-                 d=f"{d.estimate:+.1f}", lo=f"{d.low:+.1f}", hi=f"{d.high:+.1f}")
-        limit = _latency_threshold(lm.baseline_ms or 0.0, m)
-        if n < crit.min_pairs:
-            notes.append(en("verdict.lat_few", txt=txt))
-        elif d.high < limit:
-            good.append(en("verdict.lat_gain", txt=txt, m=f"{m:g}"))
-        elif d.high < 0:
-            notes.append(en("verdict.lat_small", txt=txt, m=f"{m:g}", limit=f"{limit:+.1f}"))
-        elif d.low > 0:
-            notes.append(en("verdict.lat_worse", txt=txt))
-        else:
-            notes.append(en("verdict.lat_unsettled", txt=txt))
+        fx.block.append(en("verdict.no_estimate", reason=s.reason))
+        return None
+    if s.low is None or s.high is None:
+        return None
+    ci = en("verdict.ci", est=_x(s.estimate), lo=_x(s.low), hi=_x(s.high))
+    if n < crit.min_pairs:  # a bootstrap over a handful of pairs is no interval to act on
+        fx.notes.append(en("verdict.speedup_few", ci=ci))
+        return None
+    finding = _speedup_finding(s.low, s.high, m)
+    if finding == GAIN:
+        fx.good.append(en("verdict.gain", m=f"{m:g}", ci=ci))
+    elif finding == EQUIVALENT:
+        fx.soft.append(en("verdict.equivalent", ci=ci, lo=f"{b_lo:.3f}", hi=f"{b_hi:.3f}"))
+    elif finding == SLOWER:
+        fx.nogo.append(en("verdict.slower", ci=ci))
+    elif finding == NO_GAIN:
+        fx.soft.append(en("verdict.no_gain", ci=ci, m=f"{m:g}"))
+    else:
+        fx.notes.append(en("verdict.unsettled", ci=ci, m=f"{m:g}"))
+    return finding
+
+
+def _judge_latency(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> None:
+    lm, m = g.metric(crit.latency_metric), crit.min_speedup
+    if lm is None or lm.delta_ms.estimate is None or lm.delta_ms.low is None or lm.delta_ms.high is None:
+        return
+    d = lm.delta_ms
+    txt = en("verdict.latency", metric=_words(lm.key), base=f"{lm.baseline_ms:.1f}", cand=f"{lm.candidate_ms:.1f}",
+             d=f"{d.estimate:+.1f}", lo=f"{d.low:+.1f}", hi=f"{d.high:+.1f}")
+    limit = _latency_threshold(lm.baseline_ms or 0.0, m)
+    if g.speedup.n < crit.min_pairs:
+        fx.notes.append(en("verdict.lat_few", txt=txt))
+    elif d.high < limit:
+        fx.good.append(en("verdict.lat_gain", txt=txt, m=f"{m:g}"))
+    elif d.high < 0:
+        fx.notes.append(en("verdict.lat_small", txt=txt, m=f"{m:g}", limit=f"{limit:+.1f}"))
+    elif d.low > 0:
+        fx.notes.append(en("verdict.lat_worse", txt=txt))
+    else:
+        fx.notes.append(en("verdict.lat_unsettled", txt=txt))
+
+
+def _judge_slos(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> None:
     for key, limit_ms in sorted(crit.slo_ms.items()):
         sm = g.metric(key)
         if sm is None or sm.candidate_ms is None:
-            block.append(en("verdict.slo_unchecked", metric=_words(key), limit=f"{limit_ms:g}",
-                            why=sm.delta_ms.reason if sm else "no such statistic"))
+            fx.block.append(en("verdict.slo_unchecked", metric=_words(key), limit=f"{limit_ms:g}",
+                               why=sm.delta_ms.reason if sm else "no such statistic"))
         elif sm.candidate_ms > limit_ms:
             miss = {"metric": _words(key), "limit": f"{limit_ms:g}", "cand": f"{sm.candidate_ms:.1f}"}
-            nogo.append(en("verdict.slo_miss_base", **miss, base=f"{sm.baseline_ms:.1f}") if sm.baseline_ms is not None
-                        else en("verdict.slo_miss", **miss))
+            fx.nogo.append(en("verdict.slo_miss_base", **miss, base=f"{sm.baseline_ms:.1f}") if sm.baseline_ms is not None
+                           else en("verdict.slo_miss", **miss))
         else:
-            notes.append(en("verdict.slo_meet", metric=_words(key), limit=f"{limit_ms:g}", cand=f"{sm.candidate_ms:.1f}"))
+            fx.notes.append(en("verdict.slo_meet", metric=_words(key), limit=f"{limit_ms:g}", cand=f"{sm.candidate_ms:.1f}"))
+
+
+def _judge_failures(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> None:
     f = g.failure_rate_diff
     if f.estimate is not None and f.estimate > crit.max_failure_increase:
         rates = f"{100 * (g.failure_rate_baseline or 0):.2f} % → {100 * (g.failure_rate_candidate or 0):.2f} %"
         if f.low is not None and f.low > 0:
-            nogo.append(en("verdict.fail_more", rates=rates, est=f"{100 * f.estimate:.2f}", lo=f"{100 * f.low:.2f}",
-                           hi=f"{100 * (f.high or 0):.2f}"))
+            fx.nogo.append(en("verdict.fail_more", rates=rates, est=f"{100 * f.estimate:.2f}", lo=f"{100 * f.low:.2f}",
+                              hi=f"{100 * (f.high or 0):.2f}"))
         else:
-            block.append(en("verdict.fail_more_unsure", rates=rates))
+            fx.block.append(en("verdict.fail_more_unsure", rates=rates))
     elif g.candidate_failed:
-        notes.append(en("verdict.fail_tolerated", n=g.candidate_failed, b=g.baseline_failed))
-    _equivalence(g.equivalence, crit, nogo, block, notes)
-    if nogo:
-        verdict, reasons = Verdict.NO_GO, nogo + soft
-    elif good and not block:
-        verdict, reasons = Verdict.GO, good
-    elif soft and not good:
-        verdict, reasons = Verdict.NO_GO, soft
+        fx.notes.append(en("verdict.fail_tolerated", n=g.candidate_failed, b=g.baseline_failed))
+
+
+def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
+    fx = _Findings()
+    finding = _judge_speedup(g, crit, fx)
+    _judge_latency(g, crit, fx)
+    _judge_slos(g, crit, fx)
+    _judge_failures(g, crit, fx)
+    _equivalence(g.equivalence, crit, fx.nogo, fx.block, fx.notes)
+    if fx.nogo:
+        verdict, reasons = Verdict.NO_GO, fx.nogo + fx.soft
+    elif fx.good and not fx.block:
+        verdict, reasons = Verdict.GO, fx.good
+    elif fx.soft and not fx.good:
+        verdict, reasons = Verdict.NO_GO, fx.soft
     else:
         verdict = Verdict.INCONCLUSIVE
-        reasons = block + ([] if good else [en("verdict.neither", m=f"{m:g}")])
-    gv = GroupVerdict(group=g.group, verdict=verdict, reasons=reasons, notes=notes, finding=finding)
+        reasons = fx.block + ([] if fx.good else [en("verdict.neither", m=f"{crit.min_speedup:g}")])
+    gv = GroupVerdict(group=g.group, verdict=verdict, reasons=reasons, notes=fx.notes, finding=finding)
     if verdict is Verdict.INCONCLUSIVE:
         _more(gv, g, crit)
     return gv
