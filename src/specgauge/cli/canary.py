@@ -6,14 +6,20 @@ undecided, 2 a user error (an unreachable upstream, a bad flag, a port in use).
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from specgauge.cli.common import LangOpt, console, err_console, user_errors
-from specgauge.config import MIN_SPEEDUP
+from specgauge.config import MIN_SPEEDUP, ConfigError, format_validation_error
+
+if TYPE_CHECKING:
+    from specgauge.canary import CanaryResult
 
 
 def _names(text: str) -> list[str]:
@@ -88,11 +94,8 @@ def canary(
 
     Exit status: 0 complete, 1 rolled back, 3 undecided, 2 user error.
     """
-    from pydantic import ValidationError
-
-    from specgauge.canary import CanaryConfig, Guardrails, JudgeConfig, format_summary, run_canary
+    from specgauge.canary import CanaryConfig, Guardrails, JudgeConfig, run_canary
     from specgauge.canary.config import parse_duration, parse_steps
-    from specgauge.config import ConfigError, format_validation_error
 
     try:
         cfg = CanaryConfig(
@@ -119,26 +122,32 @@ def canary(
     except ValidationError as e:
         raise ConfigError(format_validation_error(e)) from None
 
-    def on_event(e: dict[str, Any]) -> None:
-        line = _event_line(e)
-        if line is not None:
-            err_console.print(line, highlight=False, markup=False)
-
-    def on_ready(url: str) -> None:
-        from specgauge.i18n import t
-
-        mode = t("canary.ready.mirror") if shadow else t("canary.ready.route")
-        err_console.print(t("canary.ready", url=url, mode=mode, steps=steps, interval=interval, path=out_dir / "decisions.jsonl"),
-                          highlight=False, markup=False)
-
-    result = run_canary(cfg, on_event=on_event, on_ready=on_ready)
-    if as_json:
-        import sys
-
-        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
-    else:
-        console.print(format_summary(result), highlight=False, markup=False)
-        from specgauge.i18n import t
-
-        console.print(t("canary.summary_path", path=out_dir / "summary.json"), highlight=False, markup=False)
+    ready = functools.partial(_print_ready, shadow=shadow, steps=steps, interval=interval, log=out_dir / "decisions.jsonl")
+    result = run_canary(cfg, on_event=_print_event, on_ready=ready)
+    _print_result(result, as_json=as_json, summary=out_dir / "summary.json")
     raise typer.Exit(result.exit_code)
+
+
+def _print_event(e: dict[str, Any]) -> None:
+    line = _event_line(e)
+    if line is not None:
+        err_console.print(line, highlight=False, markup=False)
+
+
+def _print_ready(url: str, *, shadow: bool, steps: str, interval: str, log: Path) -> None:
+    from specgauge.i18n import t
+
+    mode = t("canary.ready.mirror") if shadow else t("canary.ready.route")
+    err_console.print(t("canary.ready", url=url, mode=mode, steps=steps, interval=interval, path=log),
+                      highlight=False, markup=False)
+
+
+def _print_result(result: CanaryResult, *, as_json: bool, summary: Path) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2) + "\n")
+        return
+    from specgauge.canary import format_summary
+    from specgauge.i18n import t
+
+    console.print(format_summary(result), highlight=False, markup=False)
+    console.print(t("canary.summary_path", path=summary), highlight=False, markup=False)
