@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -23,6 +23,11 @@ from specgauge.cli.common import (
     user_errors,
     workload_paths,
 )
+
+if TYPE_CHECKING:
+    from specgauge.sweep.grid import ServerConfig
+    from specgauge.sweep.runner import SweepResult
+    from specgauge.sweep.target import ServerTarget
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
@@ -60,18 +65,33 @@ def sweep(
 ) -> None:
     """Bench a grid of speculative configs × concurrencies, one server per config: speedup with CIs, Pareto front, crossover."""
     from specgauge.config import ConfigError
-    from specgauge.report.html import ReportConfig, write_report
-    from specgauge.report.sweep_console import render_sweep
     from specgauge.simulate.run import parse_ks
-    from specgauge.sweep.grid import config_from_label, expand_grid, parse_config
+    from specgauge.sweep.grid import expand_grid, parse_config
     from specgauge.sweep.run import SweepConfig, parse_duration, run_sweep
-    from specgauge.sweep.target import ServerTarget
 
     if server_cmd and url:
         raise ConfigError("--server-cmd and --url: pass one (start servers, or use running ones)")
     configs = [parse_config(c) for c in config or []]
     configs += expand_grid([m for m in (method or "").split(",") if m.strip()], parse_ks(k) if k else [])
-    env = _pairs(server_env, "--server-env")
+    target = _target(configs, url, server_cmd, model, _pairs(server_env, "--server-env"), threads=threads,
+                     health_timeout=health_timeout, nice=server_nice, api_key=api_key)
+    cfg = SweepConfig(
+        workload=workload_paths(workload), configs=configs, concurrencies=parse_int_list(concurrency, "--concurrency"),
+        out_dir=output_dir, num_prompts=num_prompts, seed=seed, target=target, cost_profile=cost_profile,
+        time_budget_s=parse_duration(time_budget), resume=resume, min_speedup=min_speedup, warmup=warmup, timeout=timeout,
+    )
+    result = run_sweep(cfg, console=err_console)
+    _finish(result, as_json=as_json)
+    if result.failed:
+        raise typer.Exit(1)
+
+
+def _target(configs: list[ServerConfig], url: list[str] | None, server_cmd: str | None, model: str | None,
+            env: dict[str, str], *, threads: int, health_timeout: float, nice: int, api_key: str | None) -> ServerTarget:
+    """Where the sweep's servers come from; running servers named by ``--url`` add their configs."""
+    from specgauge.sweep.grid import config_from_label
+    from specgauge.sweep.target import ServerTarget
+
     if url:
         urls = _pairs(url, "--url")
         given = {c.label for c in configs}
@@ -83,34 +103,32 @@ def sweep(
         configs += inferred
         target = ServerTarget.from_urls(urls)
     elif server_cmd:
-        target = ServerTarget.from_command(server_cmd, model=model, env=env, health_timeout_s=health_timeout, nice=server_nice)
+        target = ServerTarget.from_command(server_cmd, model=model, env=env, health_timeout_s=health_timeout, nice=nice)
     else:
-        target = ServerTarget.embedded(model, threads=threads, nice=server_nice)
+        target = ServerTarget.embedded(model, threads=threads, nice=nice)
         target.env, target.health_timeout_s = env, health_timeout
     if api_key:
         from pydantic import SecretStr
 
         target.api_key = SecretStr(api_key)
-    cfg = SweepConfig(
-        workload=workload_paths(workload), configs=configs, concurrencies=parse_int_list(concurrency, "--concurrency"),
-        out_dir=output_dir, num_prompts=num_prompts, seed=seed, target=target, cost_profile=cost_profile,
-        time_budget_s=parse_duration(time_budget), resume=resume, min_speedup=min_speedup, warmup=warmup, timeout=timeout,
-    )
-    result = run_sweep(cfg, console=err_console)
+    return target
+
+
+def _finish(result: SweepResult, *, as_json: bool) -> None:
+    """Print the analysis, store the recommendation (computed once here; the report renders it), write the report."""
+    from specgauge.i18n import t
+    from specgauge.recommend.sources import store_recommendation
+    from specgauge.report.html import ReportConfig, write_report
+    from specgauge.report.sweep_console import render_sweep
+
     m = result.manifest
     if as_json:
         sys.stdout.write(json.dumps(m.model_dump(mode="json"), ensure_ascii=False, indent=1) + "\n")
     else:
         render_sweep(m, console)
-    from specgauge.recommend.sources import store_recommendation
-
-    store_recommendation(m, result.out_dir)  # computed once here; the report renders it
+    store_recommendation(m, result.out_dir)
     report = result.out_dir / "report.html"
-    from specgauge.i18n import t
-
     write_report(ReportConfig(inputs=[result.out_dir], out=report, title=t("cli.sweep_title", name=result.out_dir.resolve().name)))
     if not as_json:
         console.print(t("cli.sweep_done", sweep=result.out_dir / "sweep.json", report=report), highlight=False, markup=False)
         console.print(t("cli.next", cmd=f"specgauge recommend {result.out_dir}"), highlight=False, markup=False)
-    if result.failed:
-        raise typer.Exit(1)

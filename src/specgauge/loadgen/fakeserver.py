@@ -189,22 +189,10 @@ class FakeServer:
             w.write(f"{len(b):x}\r\n".encode() + b + b"\r\n")
             await w.drain()
 
-        vllm_shape = d.get("shape") == "vllm"
         cid = f"{'chatcmpl' if chat else 'cmpl'}-9a9d33e3d1bb81d6"
 
         def piece(n: int, done_so_far: int) -> str:
-            text = "".join(f"t{done_so_far + i} " for i in range(n))
-            if vllm_shape:  # byte for byte the layout of vllm serve 0.32's chunks (tests/data/recorded)
-                return vllm_chunk(cid, self.model, text, chat, done_so_far + n)
-            c: dict[str, Any] = {"index": 0, "finish_reason": None}
-            if chat:
-                c["delta"] = {"content": text}
-            else:
-                c["text"] = text
-            o: dict[str, Any] = {"id": "x", "choices": [c]}
-            if self.usage_per_chunk:
-                o["usage"] = {"prompt_tokens": 5, "completion_tokens": done_so_far + n, "total_tokens": 5 + done_so_far + n}
-            return json.dumps(o)
+            return self._piece(n, done_so_far, chat, cid, d.get("shape") == "vllm")
 
         if fault == "malformed":
             await ev(b"this is not an event stream\n\n", raw=True)
@@ -238,15 +226,8 @@ class FakeServer:
                 await asyncio.sleep(0.005)
         if fault == "cut":
             return await self._end(w, True)
-        # speculative bookkeeping: the first token comes from prefill; each later chunk is one step
-        spec_steps = steps[1:]
-        hist = [0] * (K + 1)
-        for n in spec_steps:
-            hist[n - 1] += 1
-        sd = {
-            "num_spec_steps": len(spec_steps), "num_draft_tokens": K * len(spec_steps),
-            "num_accepted_draft_tokens": sum(n - 1 for n in spec_steps), "acceptance_histogram": hist, "num_spec_tokens": K,
-        }
+        spec_steps = steps[1:]  # the first token comes from prefill; each later chunk is one step
+        sd = self._spec_counts(spec_steps)
         final: dict[str, Any] = {"id": "x", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": sent, "total_tokens": 5 + sent}}
         if self.spec:
             final["metrics"] = {"speculative_decoding": sd}
@@ -255,6 +236,37 @@ class FakeServer:
         await ev("[DONE]")
         if d.get("linger_ms"):  # the body's chunked end comes late (a client may close before it)
             await asyncio.sleep(float(d["linger_ms"]) / 1000.0)
+        self._count(sent, spec_steps, sd)
+        return await self._end(w, True)
+
+    def _piece(self, n: int, done_so_far: int, chat: bool, cid: str, vllm_shape: bool) -> str:
+        """One chunk of ``n`` tokens after ``done_so_far``."""
+        text = "".join(f"t{done_so_far + i} " for i in range(n))
+        if vllm_shape:  # byte for byte the layout of vllm serve 0.32's chunks (tests/data/recorded)
+            return vllm_chunk(cid, self.model, text, chat, done_so_far + n)
+        c: dict[str, Any] = {"index": 0, "finish_reason": None}
+        if chat:
+            c["delta"] = {"content": text}
+        else:
+            c["text"] = text
+        o: dict[str, Any] = {"id": "x", "choices": [c]}
+        if self.usage_per_chunk:
+            o["usage"] = {"prompt_tokens": 5, "completion_tokens": done_so_far + n, "total_tokens": 5 + done_so_far + n}
+        return json.dumps(o)
+
+    @staticmethod
+    def _spec_counts(spec_steps: list[int]) -> dict[str, Any]:
+        """vLLM's per-request ``speculative_decoding`` counts for steps that emitted these many tokens."""
+        hist = [0] * (K + 1)
+        for n in spec_steps:
+            hist[n - 1] += 1
+        return {
+            "num_spec_steps": len(spec_steps), "num_draft_tokens": K * len(spec_steps),
+            "num_accepted_draft_tokens": sum(n - 1 for n in spec_steps), "acceptance_histogram": hist, "num_spec_tokens": K,
+        }
+
+    def _count(self, sent: int, spec_steps: list[int], sd: dict[str, Any]) -> None:
+        """A finished request into the /metrics counters."""
         self.counters["success"] += 1
         self.counters["gen"] += sent
         if self.spec:
@@ -264,7 +276,6 @@ class FakeServer:
             for n in spec_steps:
                 for i in range(n - 1):
                     self.per_pos[i] += 1
-        return await self._end(w, True)
 
     async def _replay(self, path: str, w: asyncio.StreamWriter) -> bool:
         rec = self.recording
