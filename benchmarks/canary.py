@@ -1,7 +1,7 @@
 """What the canary proxy costs: added TTFT and CPU per streamed chunk, proxied vs direct, one run.
 
 Prints figures, asserts nothing (timing belongs here, not in tests). Three processes: the scripted
-streaming server (``loadgen/fakeserver.py``, the upstream for both sides of the canary), the real
+streaming server (``testing/fakeserver.py``, the upstream for both sides of the canary), the real
 ``specgauge canary`` proxy in front of it (judging, per-request records, /metrics all on, as in
 production), and specgauge's own load generator here (on uvloop, as ``bench``).
 
@@ -56,7 +56,7 @@ from specgauge.workload.schema import ApiKind, Request  # noqa: E402
 SERVER = textwrap.dedent(
     """
     import sys
-    from specgauge.loadgen.fakeserver import FakeServer
+    from specgauge.testing.fakeserver import FakeServer
     with FakeServer(spec=False, model="fake") as s:
         print(s.port, flush=True)
         sys.stdin.read()

@@ -1,6 +1,6 @@
 """Calibrated prediction on a GPU-shaped server: calibrate as a user would, predict unseen cells, measure them.
 
-The server (``specgauge.predict.scripted_server`` with ``--gpu-curve``) answers over real HTTP with the
+The server (``specgauge.testing.scripted_server`` with ``--gpu-curve``) answers over real HTTP with the
 workload's logged outputs and times each step on a measured H200 curve (``predict.gpu_curve``: the
 forward flat to a knee, then linear; attention per cached token; an n-gram / suffix proposer on the
 host overlapping the device step), stretched by ``--scale`` so a Python server on a shared 2-core
@@ -12,12 +12,12 @@ host keeps its deadlines. Its drafts per step come from the replay of the real d
 2. A sweep of the validation configs (not calibrated: other k) at the validation concurrencies, each
    config on one server (concurrencies ascending, as ``specgauge sweep`` runs them).
 3. Per cell: predicted (``predict_cells`` from the profile alone) vs measured (compare's speedup),
-   and both against the server's own noise-free truth (``gpu_scripted.truth_speedup``: its step law
+   and both against the server's own noise-free truth (``gpu_check.truth_speedup``: its step law
    through the same closed loop); per config: the crossover concurrency (``sweep.analysis.crossover``,
    margin 1.05×) from the predictions, the measurements and the truth.
 4. The schedule: ``recommend`` for n-gram at ``--schedule-ks`` from the calibration alone (a
    ``num_speculative_tokens_per_batch_size`` schedule), those cells swept, and per band the
-   recommended k beside the measured best (``gpu_scripted.run_schedule_check``).
+   recommended k beside the measured best (``gpu_check.run_schedule_check``).
 
     python benchmarks/predict.py --gpu-curve tests/data/gpu/h200-llama3-8b-costs.json [--quick]
     python benchmarks/predict_gpu.py [--curve PATH] [--scale 2] [--num-prompts 128] [--max-tokens 32]
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specgauge.gpu_scripted import GpuRun, ScheduleCheck, run_gpu_check, run_schedule_check
+from specgauge.testing.gpu_check import GpuRun, ScheduleCheck, run_gpu_check, run_schedule_check
 
 #: the H200 curve this repository carries (a test truth; a wheel holds none)
 CURVE = Path(__file__).resolve().parents[1] / "tests" / "data" / "gpu" / "h200-llama3-8b-costs.json"

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "src"))
 SERVER = textwrap.dedent(
     """
     import sys
-    from specgauge.loadgen.fakeserver import FakeServer
+    from specgauge.testing.fakeserver import FakeServer
     with FakeServer(spec=False) as s:
         print(s.port, flush=True)
         sys.stdin.read()

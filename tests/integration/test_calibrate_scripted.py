@@ -1,6 +1,6 @@
 """calibrate + predict against a scripted server with a KNOWN step-cost law, over real HTTP.
 
-The scripted server (``specgauge.predict.scripted_server``) batches the real requests continuously,
+The scripted server (``specgauge.testing.scripted_server``) batches the real requests continuously,
 answers with the workload's logged token ids, drafts with the real drafters and sleeps each step for
 the law's time on absolute deadlines. Calibration must recover the law, and predictions for configs
 it was not calibrated on must match the speedup bench + compare then measure on that server.
@@ -41,7 +41,7 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve(stack: ExitStack, workload: Path, specs: dict[str, dict | None]) -> ServerTarget:
     """The scripted servers in a process of their own (one per config, each on its own port): their
     steps never wait for the bench client's GIL. Stopped when ``stack`` closes."""
-    args = [sys.executable, "-m", "specgauge.predict.scripted_server", "--workload", str(workload), "--law", json.dumps(LAW)]
+    args = [sys.executable, "-m", "specgauge.testing.scripted_server", "--workload", str(workload), "--law", json.dumps(LAW)]
     for label, spec in specs.items():
         args += ["--config", f"{label}={json.dumps(spec) if spec else 'off'}"]
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -1,5 +1,5 @@
 """The canary judge service driven the way Argo Rollouts and Flagger drive it, over real loopback
-HTTP against two scripted servers (``loadgen/fakeserver.py``, as the other canary tests: a real
+HTTP against two scripted servers (``testing/fakeserver.py``, as the other canary tests: a real
 socket server whose speed is set exactly; a real inference server cannot be slowed on demand):
 the request and conditions are read from the shipped AnalysisTemplate (``deploy/``), a healthy
 candidate is Successful, a slow one Failed; Flagger gets 200 / 412."""
@@ -18,7 +18,7 @@ import yaml
 
 from specgauge.canary.analysis_service import AnalysisConfig, AnalysisThread
 from specgauge.canary.config import JudgeConfig
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 #: the judge on TPOT and E2E: a scripted server's TTFT is loopback jitter (~1 ms), and on 3 ms tokens an A/A

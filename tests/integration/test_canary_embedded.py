@@ -31,7 +31,7 @@ from specgauge.canary import CanaryConfig, CanaryThread, JudgeConfig  # noqa: E4
 from specgauge.canary.eventlog import read_events  # noqa: E402
 from specgauge.canary.proxy import TAG_HEADER  # noqa: E402
 from specgauge.canary.routing import bucket, to_candidate  # noqa: E402
-from specgauge.loadgen.fakeserver import FakeServer  # noqa: E402
+from specgauge.testing.fakeserver import FakeServer  # noqa: E402
 from specgauge.models import available, target_dir  # noqa: E402
 from specgauge.records import ResultsFile  # noqa: E402
 from specgauge.servers import ManagedServer, embedded_server  # noqa: E402

@@ -1,5 +1,5 @@
 """The canary proxy over real loopback HTTP against the scripted fault-injection server
-(``loadgen/fakeserver.py``: a real socket server whose misbehaviour is exact and repeatable, which a
+(``testing/fakeserver.py``: a real socket server whose misbehaviour is exact and repeatable, which a
 real inference server cannot be made to do on demand): bytes pass through identical and unbuffered,
 candidate failures before the first byte are answered by the baseline (the client sees no error),
 a stream broken after bytes reaches the client broken and counts against the candidate, a slow
@@ -22,7 +22,7 @@ import pytest
 from specgauge.canary import CanaryConfig, CanaryThread, JudgeConfig
 from specgauge.canary.eventlog import read_events
 from specgauge.canary.proxy import TAG_HEADER
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 
 KEY = "sk-canary-test-key-0123456789"

@@ -20,7 +20,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from specgauge.engine.serve import build_app  # noqa: E402
-from specgauge.engine.testing import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from specgauge.testing.engine import make_tiny_model, make_tiny_tokenizer  # noqa: E402
 from tests.integration._http import serve_in_thread  # noqa: E402
 
 KEY = "sk-test"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from specgauge.bench import BenchConfig, run_bench
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 
 FAULTS = {

@@ -1,6 +1,6 @@
 """calibrate + predict + sweep + recommend on a GPU-SHAPED scripted server, over real HTTP, without a GPU.
 
-The server (``specgauge.predict.scripted_server`` with a measured H200 curve, ``tests/data/gpu``) times
+The server (``specgauge.testing.scripted_server`` with a measured H200 curve, ``tests/data/gpu``) times
 each step on that curve — a forward flat to a knee and linear past it, attention per cached token, an
 n-gram / suffix proposer on the host overlapping the device step — stretched 2× so a Python server on
 a shared 2-core host keeps its deadlines (a mock of the GPU: the one part that cannot exist here).
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from specgauge.gpu_scripted import GpuRun, crossovers, run_gpu_check, run_schedule_check
+from specgauge.testing.gpu_check import GpuRun, crossovers, run_gpu_check, run_schedule_check
 from specgauge.recommend.schedule import k_at, validate_schedule
 
 pytestmark = pytest.mark.slow

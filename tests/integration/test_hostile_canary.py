@@ -1,5 +1,5 @@
 """Hostile clients and broken files against the canary proxy (issue 26, items 3, 5, 6, 7 and 8's canary
-parts), over real loopback HTTP. Upstreams: the scripted fault server (``loadgen/fakeserver.py``) where
+parts), over real loopback HTTP. Upstreams: the scripted fault server (``testing/fakeserver.py``) where
 a fault must be exact, and a small recording upstream (aiohttp, in this file) where the test must see
 the headers and bytes the proxy sent. Each case: a clean 4xx/5xx JSON answer or a one-line error, the
 request recorded, the proxy still serving."""
@@ -29,7 +29,7 @@ from specgauge.canary.controller import CanaryStateError
 from specgauge.canary.eventlog import read_events
 from specgauge.canary.intake import split_credentials
 from specgauge.canary.proxy import TAG_HEADER
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 
 COMPLETION = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from specgauge.engine.serve import build_app  # noqa: E402
-from specgauge.engine.testing import make_tiny_model, make_tiny_tokenizer  # noqa: E402
+from specgauge.testing.engine import make_tiny_model, make_tiny_tokenizer  # noqa: E402
 from tests.integration._http import serve_in_thread  # noqa: E402
 
 POISON_SEED = 424242

@@ -1,5 +1,5 @@
 """`specgauge sweep --cost-profile` sets predicted beside measured for every cell, on servers whose
-step-cost law is KNOWN (``specgauge.predict.scripted_server``: real HTTP, continuous batching, the
+step-cost law is KNOWN (``specgauge.testing.scripted_server``: real HTTP, continuous batching, the
 workload's logged outputs, real drafters, each step sleeping the law's time).
 
 A profile is calibrated on off + n-gram k=4 at concurrency 1 and 4; the sweep then runs through the
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgauge.calibrate import CalibrateConfig, run_calibration
-from specgauge.predict.scripted_server import ScriptedServer
+from specgauge.testing.scripted_server import ScriptedServer
 from specgauge.sweep import ServerTarget
 from specgauge.sweep.grid import grid_method
 from specgauge.sweep.models import SweepManifest

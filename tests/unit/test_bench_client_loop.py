@@ -10,7 +10,7 @@ import pytest
 
 from specgauge.bench import BenchConfig, run_bench
 from specgauge.loadgen.client_loop import STALL_WARNING_PREFIX
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 
 
 def test_bench_cli_sweeps_concurrency_and_reports_failures(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from specgauge.drafters._heads import HeadLoadError, head_config, load_head, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import make_drafter, trace_from_runs  # noqa: E402
-from specgauge.engine.testing import make_tiny_model  # noqa: E402
+from specgauge.testing.engine import make_tiny_model  # noqa: E402
 from specgauge.nn.transformer import ModelArgs  # noqa: E402
 from specgauge.nn.weights import load_model  # noqa: E402
 

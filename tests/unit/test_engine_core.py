@@ -15,7 +15,7 @@ from specgauge.config import SpeculativeConfig  # noqa: E402
 from specgauge.drafters.base import drafter_kinds  # noqa: E402
 from specgauge.engine.core import Engine, RequestError, generate  # noqa: E402
 from specgauge.engine.sampling import SamplingParams  # noqa: E402
-from specgauge.engine.testing import make_tiny_model  # noqa: E402
+from specgauge.testing.engine import make_tiny_model  # noqa: E402
 
 GREEDY = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
 

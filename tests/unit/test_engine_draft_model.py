@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 
 from specgauge.drafters.base import make_drafter  # noqa: E402
 from specgauge.drafters.draft_model import DraftModelDrafter, VocabMismatchError  # noqa: E402
-from specgauge.engine.testing import make_tiny_model  # noqa: E402
+from specgauge.testing.engine import make_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 transformers = pytest.importorskip("transformers")
 
-from specgauge.engine.testing import make_tiny_model  # noqa: E402
+from specgauge.testing.engine import make_tiny_model  # noqa: E402
 from specgauge.nn.transformer import ModelArgs, ModelLoadError  # noqa: E402
 from specgauge.nn.weights import load_model  # noqa: E402
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from specgauge.bench import BenchConfig, BenchError, run_bench
 from specgauge.cli import app
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 
 

@@ -101,3 +101,11 @@ def test_the_checker_sees_a_lazy_circle() -> None:
     assert "specgauge.simulate" not in edges.get("specgauge.stats", {})  # stats sits below simulate
     assert "specgauge.nn" in edges.get("specgauge.drafters", {})  # the draft model and the heads run on nn
     assert "specgauge.engine" not in edges.get("specgauge.drafters", {})  # the engine sits above the drafters
+
+
+def test_the_product_never_imports_its_test_doubles() -> None:
+    """``specgauge.testing`` (fake and scripted servers, tiny random models) sits above everything:
+    the tests, the benchmarks and a user's checks use it; no product module does, lazily or not."""
+    users = {a: b["specgauge.testing"] for a, b in package_edges().items() if "specgauge.testing" in b}
+    assert not users, f"product modules import specgauge.testing: {users}"
+    assert "specgauge.predict" in package_edges().get("specgauge.testing", {})  # the checker sees testing's own imports

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specgauge.bench import BenchConfig, BenchError, plan_requests, run_bench
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.records import ResultsFile
 from specgauge.report.bench_console import format_summary
 from specgauge.workload.schema import ApiKind, Request

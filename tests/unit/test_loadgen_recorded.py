@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specgauge.bench import BenchConfig, run_bench
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "recorded"
 

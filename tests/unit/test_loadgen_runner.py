@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from specgauge.loadgen.dialects import get_dialect
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.loadgen.runner import Runner, RunnerSettings, build_body, new_session
 from specgauge.records import FailureKind, RequestRecord, TokenCountSource
 from specgauge.workload.schema import ApiKind, Message, Request

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specgauge.loadgen.dialects import get_dialect
-from specgauge.loadgen.fakeserver import vllm_chunk
+from specgauge.testing.fakeserver import vllm_chunk
 from specgauge.loadgen.stream import StreamState, _apply_one, apply_payload, counts_by_usage
 
 _scalar = st.one_of(st.none(), st.booleans(), st.integers(-3, 50), st.text(max_size=4), st.floats(allow_nan=False, width=32))

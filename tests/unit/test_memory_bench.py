@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgauge.bench import BenchConfig, run_bench
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.report.bench_console import format_summary
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "smi"

@@ -217,7 +217,7 @@ def test_bench_cli_takes_the_config_and_says_why_the_check_did_not_run(tmp_path)
     import subprocess
     import sys
 
-    from specgauge.loadgen.fakeserver import FakeServer
+    from specgauge.testing.fakeserver import FakeServer
 
     w = tmp_path / "w.txt"
     w.write_text("tokens:12 per:3\ntokens:8 per:2\n")

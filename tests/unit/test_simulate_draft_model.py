@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from specgauge.drafters.base import replay_by_stepping  # noqa: E402
 from specgauge.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from specgauge.engine.testing import make_tiny_model  # noqa: E402
+from specgauge.testing.engine import make_tiny_model  # noqa: E402
 from specgauge.simulate.probabilistic import alpha_lower_bound, expected_tokens_per_step  # noqa: E402
 from specgauge.simulate.run import SimulateConfig, simulate, trace_from_matches  # noqa: E402
 from specgauge.workload.tokenizer import ApproxTokenizer  # noqa: E402

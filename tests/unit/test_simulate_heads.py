@@ -64,7 +64,7 @@ def test_teacher_forced_accuracy_stands_beside_the_replay(tmp_path: Path) -> Non
 
 
 def test_a_users_head_takes_its_target_or_says_where_to_give_it(tmp_path: Path) -> None:
-    from specgauge.engine.testing import make_tiny_model
+    from specgauge.testing.engine import make_tiny_model
 
     head = tmp_path / "my-eagle3"
     shutil.copytree(models.eagle3_dir(), head)

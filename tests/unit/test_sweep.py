@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from specgauge.config import ConfigError
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.predict.types import CellPrediction, CellSpec
 from specgauge.records import ResultsFile
 from specgauge.stats.compare import CI

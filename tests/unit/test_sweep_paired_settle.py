@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specgauge.loadgen.fakeserver import FakeServer
+from specgauge.testing.fakeserver import FakeServer
 from specgauge.predict.types import CellSpec
 from specgauge.records import ResultsFile
 from specgauge.sweep import ServerTarget

@@ -91,7 +91,43 @@ class HiddenFeed:
     the positions it verified, ``propose_batch`` drafts per request from them (``_propose_one``)."""
 
     kind: ClassVar[str] = ""
+    deterministic: ClassVar[bool] = True  # greedy heads
+    stateful: ClassVar[bool] = False
     _req: dict[str, Any]  # request id -> state with ``n`` (positions consumed) and ``pending`` rows
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        target: str | Path | None = None,
+        target_model: Any = None,
+        default_target: str | Path | None = None,
+        dtype: Any = "float32",
+        max_model_len: int = 2048,
+        num_speculative_tokens: int = 8,
+        **_: Any,
+    ) -> None:
+        """Open the head at ``model`` and its target (the engine's ``target_model``, else the directory
+        :func:`resolve_target` finds, opened by :meth:`_open_target`); :meth:`_load_head` loads the head."""
+        from specgauge.nn.weights import torch_dtype
+
+        self.model_dir = head_dir(self.kind, model)
+        dt = torch_dtype(dtype)
+        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target,
+                                         self._open_target, dt)
+        self.head = self._load_head(self.model_dir, self.target, dt, where)
+        self.model = self.head  # what the engine's memory report counts (shared embeddings are buffers, not counted)
+        self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
+        self.max_len = max_model_len + num_speculative_tokens + 2
+        self._dtype = dt
+        self._req = {}
+
+    def _open_target(self, path: Path, dtype: Any) -> Any:
+        from specgauge.nn.weights import load_model
+
+        return load_model(path, dtype)
+
+    def _load_head(self, model_dir: Path, target: Any, dtype: Any, where: str) -> Any:
+        raise NotImplementedError
 
     def observe_hidden(self, request_id: str, hidden: Any) -> None:
         """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""

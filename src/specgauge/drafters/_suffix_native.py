@@ -18,6 +18,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from specgauge.drafters._suffix_replay import accepted_prefix
+
 try:
     from arctic_inference.suffix_decoding import SuffixDecodingCache
 except ImportError as exc:  # the optional extra is not installed (or did not build)
@@ -114,11 +116,7 @@ class NativeSuffixCache:
                 d1 = local.speculate(context, kk, factor, 0.0, min_prob, False)
                 d2 = glob.speculate(context, kk, factor, 0.0, min_prob, False)
                 draft = list((d1 if d1.score >= d2.score else d2).token_ids)
-            a = 0
-            for t in draft:
-                if n + a >= total or t != tokens[n + a]:
-                    break
-                a += 1
+            a = accepted_prefix(draft, tokens, n)
             drafted.append(len(draft))
             accepted.append(a)
             n += a + 1

@@ -59,11 +59,7 @@ def replay_steps(
             if (first_uncertain is None and tails is not None and tails.total
                     and not global_draft_certain(groot, context, kk, limits, min_prob, max(l_score, 0.0), tails)):
                 first_uncertain = len(drafted)
-        a = 0
-        for t in draft:
-            if n + a >= total or t != tokens[n + a]:
-                break
-            a += 1
+        a = accepted_prefix(draft, tokens, n)
         drafted.append(len(draft))
         accepted.append(a)
         n += a + 1
@@ -90,3 +86,13 @@ def draft_at(local: SuffixTree, glob: SuffixTree, seq: int | None, tokens: list[
             draft = g_draft
     return draft, context, l_score, n
 
+
+def accepted_prefix(draft: list[int], tokens: list[int], n: int) -> int:
+    """How many of ``draft`` a greedy verifier accepts at position ``n`` of ``tokens`` (the logged
+    sequence): the length of the prefix that matches, never past its end."""
+    a, total = 0, len(tokens)
+    for t in draft:
+        if n + a >= total or t != tokens[n + a]:
+            break
+        a += 1
+    return a

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from specgauge.drafters._hidden import HiddenFeed, head_dir, open_target, replay_sequence
+from specgauge.drafters._hidden import HiddenFeed, replay_sequence
 from specgauge.drafters.base import ReplayTrace, register_drafter, trace_from_runs
 
 #: step starts drafted per batched forward in replay (bounds the [anchors, k+1, heads, context] scores)
@@ -77,36 +77,19 @@ class DFlashDrafter(HiddenFeed):
     """A DFlash head drafting greedily (deterministic, stateless)."""
 
     kind: ClassVar[str] = "dflash"
-    deterministic: ClassVar[bool] = True
-    stateful: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        model: str | Path | None = None,
-        target: str | Path | None = None,
-        target_model: Any = None,
-        default_target: str | Path | None = None,
-        dtype: Any = "float32",
-        max_model_len: int = 2048,
-        num_speculative_tokens: int = 8,
-        **_: Any,
-    ) -> None:
+    _req: dict[str, _State]
+
+    def _open_target(self, path: Path, dtype: Any) -> Any:
+        return _shared_target(path, dtype)
+
+    def _load_head(self, model_dir: Path, target: Any, dtype: Any, where: str) -> Any:
         from specgauge.drafters._dflash_head import DFlashLoadError, load_head
-        from specgauge.nn.weights import torch_dtype
 
-        self.model_dir = head_dir(self.kind, model)
-        dt = torch_dtype(dtype)
-        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target,
-                                         _shared_target, dt)
         try:
-            self.head = load_head(self.model_dir, self.target, dt)
+            return load_head(model_dir, target, dtype)
         except DFlashLoadError as e:
             raise DFlashLoadError(f"{e} ({where})") from None
-        self.model = self.head  # what the engine's memory report counts
-        self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
-        self.max_len = max_model_len + num_speculative_tokens + 2
-        self._dtype = dt
-        self._req: dict[str, _State] = {}
 
     # -- Drafter protocol ------------------------------------------------------------------------
     def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from specgauge.drafters._hidden import HiddenFeed, head_dir, open_target, replay_sequence
+from specgauge.drafters._hidden import HiddenFeed, replay_sequence
 from specgauge.drafters.base import register_drafter, runs_from_matches
 
 _MAX_REPLAY_LEVELS = 32
@@ -58,37 +58,17 @@ class HiddenStateDrafter(HiddenFeed):
     """A head that reads the target's hidden states; greedy, so deterministic."""
 
     kind: ClassVar[str] = ""
-    deterministic: ClassVar[bool] = True
-    stateful: ClassVar[bool] = False
 
-    def __init__(
-        self,
-        model: str | Path | None = None,
-        target: str | Path | None = None,
-        target_model: Any = None,
-        default_target: str | Path | None = None,
-        dtype: Any = "float32",
-        max_model_len: int = 2048,
-        num_speculative_tokens: int = 8,
-        **_: Any,
-    ) -> None:
+    def _load_head(self, model_dir: Path, target: Any, dtype: Any, where: str) -> Any:
         from specgauge.drafters._heads import HeadLoadError, load_head
-        from specgauge.nn.weights import load_model, torch_dtype
 
-        self.model_dir = head_dir(self.kind, model)
-        dt = torch_dtype(dtype)
-        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target, load_model, dt)
         try:
-            self.head = load_head(self.model_dir, self.target, dt)
+            head = load_head(model_dir, target, dtype)
         except HeadLoadError as e:
             raise ValueError(f"{e} ({where})") from None
-        if self.head.c.kind != self.kind:
-            raise ValueError(f"{self.model_dir}: a {self.head.c.kind} head, but method {self.kind!r} was asked for")
-        self.model = self.head  # what the engine's memory report counts (shared embeddings are buffers, not counted)
-        self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
-        self.max_len = max_model_len + num_speculative_tokens + 2
-        self._dtype = dt
-        self._req: dict[str, _State] = {}
+        if head.c.kind != self.kind:
+            raise ValueError(f"{model_dir}: a {head.c.kind} head, but method {self.kind!r} was asked for")
+        return head
 
     # -- Drafter protocol ------------------------------------------------------------------------
     def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:

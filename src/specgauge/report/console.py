@@ -9,6 +9,7 @@ from rich.table import Table
 from specgauge.i18n import en as tr_en
 from specgauge.i18n import get_lang
 from specgauge.i18n import t as tr
+from specgauge.i18n import translate
 from specgauge.i18n.workload_text import DATA_KEYS
 from specgauge.workload.profile import Dist, WorkloadProfile
 
@@ -78,7 +79,7 @@ def render_profile(p: WorkloadProfile, console: Console) -> None:
     if p.skipped_invalid:
         console.print(f"[yellow]{tr('profile.skipped', n=p.skipped_invalid)}[/yellow]")
     for note in p.overall.notes:
-        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(note)}", highlight=False)
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(_data(translate(note)))}", highlight=False)
 
 
 def _f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -158,7 +159,7 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
     for k, v in r.skipped.items():
         console.print(f"[yellow]{escape(tr('simulate.skipped', n=v, why=k))}[/yellow]")
     for note in r.notes:
-        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(note)}", highlight=False)
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(_data(translate(note)))}", highlight=False)
     for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
         if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
-            console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(s.method)} k={s.k}: {escape(s.notes[-1])}", highlight=False)
+            console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(s.method)} k={s.k}: {escape(translate(s.notes[-1]))}", highlight=False)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from specgauge.distributions import describe
 from specgauge.drafters.base import ReplayTrace
+from specgauge.i18n import en
 
 
 class TeacherForcedCounts(BaseModel):
@@ -231,13 +232,10 @@ class AcceptanceAccumulator:
 
     def summary(self) -> AcceptanceSummary:
         drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
-        notes = [] if drafts else ["no drafts were proposed: acceptance is undefined (not 0)"]
+        notes = [] if drafts else [en("simulate.n.no_drafts")]
         if self.open_tails:
-            notes.append(
-                f"{self.open_tails} of {self.requests} outputs end while the final draft still matched: a live suffix "
-                f"server would also learn up to {self.tail_unknown} tokens past those ends (accepted past the cut or "
-                f"the EOS, and the token after them) that no log holds; {self.after_unknown} request(s) were "
-                "replayed without them in the cache, so their figures are exact only if those tokens change no draft")
+            notes.append(en("simulate.n.open_tails", n=self.open_tails, total=self.requests, tail=self.tail_unknown,
+                            after=self.after_unknown))
         return AcceptanceSummary(
             method=self.method, k=self.k, requests=self.requests, output_tokens=self.output_tokens,
             decode_tokens=self.decode_tokens, steps=steps,

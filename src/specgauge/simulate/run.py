@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from specgauge.config import ConfigError, SpeculativeConfig
 from specgauge.drafters.base import ReplayTrace, is_stateful, trace_from_matches  # noqa: F401  (trace_from_matches: re-exported)
+from specgauge.i18n import en
 from specgauge.offline.replay import (
     MethodReplay,
     MethodSpec,
@@ -258,30 +259,20 @@ class ReplayTally:
             skipped["invalid (skipped)"] += self.report.skipped
         notes = list(self.notes)
         if self.approx:
-            whose = []
-            if approx_models["own"]:
-                whose.append(f"{approx_models['own']} name its model")
-            if approx_models["other"]:
-                whose.append(f"{approx_models['other']} name another model: its ids are not their model's, so their "
-                             "acceptance says little")
-            if approx_models["unknown"]:
-                whose.append(f"{approx_models['unknown']} name no model, so whether it is their model's tokenizer is unknown")
-            notes.append(f"{self.approx} request(s) had no logged token ids: re-tokenised with {describe_tokenizer(tok)} "
-                         f"({'; '.join(whose)}); acceptance APPROXIMATE — log token ids (vLLM return_token_ids) for exact figures")
+            whose = [en(f"simulate.n.whose_{who}", n=approx_models[who]) for who in ("own", "other", "unknown")
+                     if approx_models[who]]
+            notes.append(en("simulate.n.approx", n=self.approx, tok=describe_tokenizer(tok), whose="; ".join(whose)))
         if self.n == 0:
-            notes.append("no request had a logged response with output: nothing to replay")
+            notes.append(en("simulate.n.nothing"))
         accs, labels, profiles = self.accs, self.labels, self.profiles
         segments = sorted({seg for seg, _, _ in accs if seg})
         fitted = self._fitted_predictions(segments) if self.fitted is not None else None
         if fitted is not None:
-            notes.append("predicted speedup: the calibrated step-cost law of cost profile "
-                         f"{Path(cfg.cost_profile).name if cfg.cost_profile else ''} (server "
-                         f"{self.fitted.provenance.get('model') or '?'}, {self.fitted.shape} verification), each batch size "
-                         "simulated as a closed-loop bench of these requests; band from the law's bootstrap")
+            notes.append(en("simulate.n.fitted", file=Path(cfg.cost_profile).name if cfg.cost_profile else "",
+                            model=self.fitted.provenance.get("model") or "?", shape=self.fitted.shape))
         else:
-            what = ("the cost-ratio file " + Path(cfg.cost_profile).name) if cfg.cost_profile else "guessed costs"
-            notes.append(f"predicted speedup: UNCALIBRATED cost model ({what}; not fitted on a live server); fit your "
-                         "server's law with `specgauge calibrate` and pass its cost_profile.json as --cost-profile")
+            notes.append(en("simulate.n.uncalibrated_file", file=Path(cfg.cost_profile).name) if cfg.cost_profile
+                         else en("simulate.n.uncalibrated"))
         return SimulateResult(
             tokenizer=tok.name, exact=self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
             overall=_segment("", accs, labels, cfg, profiles, fitted),
@@ -359,9 +350,8 @@ def server_counts_hint(resp: object) -> dict[str, int]:
 
 def stream_note(partition_by: str | None, specs: Sequence[MethodSpec]) -> str:
     ordered = [s.label for s in specs if is_stateful(s.kind)]
-    what = ", ".join(ordered) if ordered else "no method here"
-    return (f"--partition-by {partition_by}: one cache per value of {partition_by} (as one server each), each "
-            f"replayed in arrival order ({what}); per-request methods do not depend on it")
+    what = ", ".join(ordered) if ordered else en("simulate.n.no_stateful")
+    return en("simulate.n.stream", by=partition_by, what=what)
 
 
 def _probabilistic(paccs: dict[tuple[str, str, int], ProbabilisticAccumulator]) -> dict[str, list[ProbabilisticSummary]]:

@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.distributions import describe
+from specgauge.i18n import en
 from specgauge.workload.schema import Response, WorkloadItem
 from specgauge.workload.tokenizer import Tokenizer, model_match
 from specgauge.workload.tokenizer import describe as describe_tokenizer
@@ -286,22 +287,20 @@ def _token_counting(tokenizer: Tokenizer, counted: int, is_models: Counter[str],
     who = describe_tokenizer(tokenizer)
     exact = counted == 0 or (tokenizer.exact and is_models["own"] == counted)
     if counted == 0:
-        reason = "every token count came from the log (token ids or usage)"
+        reason = en("profile.r.log")
     elif not tokenizer.exact:
-        reason = (f"{counted} request(s) counted by {who}, an approximation (words and punctuation), not a model's "
-                  "tokenizer; pass --tokenizer DIR of the serving model")
+        reason = en("profile.r.words", n=counted, who=who)
     elif exact:
-        reason = f"{counted} request(s) counted by {who}, the tokenizer of the model they name ({', '.join(models)})"
+        reason = en("profile.r.own", n=counted, who=who, models=", ".join(models))
     else:
         parts = []
         if is_models["other"]:
             other_names = [m for m, _ in models.most_common() if model_match(tokenizer, m) is False]
             others = ", ".join(other_names[:5]) + (f" and {len(other_names) - 5} more" if len(other_names) > 5 else "")
-            parts.append(f"{is_models['other']} name another model ({others}) than the one {tokenizer.name} belongs to")
+            parts.append(en("profile.r.other", n=is_models["other"], others=others, tok=tokenizer.name))
         if is_models["unknown"]:
-            parts.append(f"{is_models['unknown']} name no model, so nothing says {tokenizer.name} is their model's tokenizer")
-        reason = (f"{counted} request(s) counted by {who}: {'; '.join(parts)}. Pass --tokenizer DIR of the serving "
-                  "model (and keep the requests' model field) for exact counts")
+            parts.append(en("profile.r.unknown", n=is_models["unknown"], tok=tokenizer.name))
+        reason = en("profile.r.mixed", n=counted, who=who, parts="; ".join(parts))
     return TokenCounting(label="exact" if exact else "approximate", tokenizer=who, requests_counted_by_tokenizer=counted,
                          tokenizer_is_models=dict(sorted(is_models.items())), models=dict(models.most_common(10)),
                          reason=reason)
@@ -354,9 +353,9 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
     tc = _token_counting(tokenizer, counted, is_models, models)
     notes = []
     if tc.label == "approximate":
-        notes.append(f"token counts approximate: {tc.reason}")
+        notes.append(en("profile.n.approx", reason=tc.reason))
     if overall.with_resp == 0:
-        notes.append("no logged responses: output tokens, tool calls and copy overlap need them")
+        notes.append(en("profile.n.no_responses"))
     return WorkloadProfile(
         tokenizer=tokenizer.name,
         exact_tokens=tc.label == "exact",

@@ -28,6 +28,8 @@ import re
 import threading
 from typing import Any
 
+from specgauge.testing.vllm_metrics import vllm_metrics_text
+
 K = 4
 FAULTS = ("http429", "http500", "drop", "cut", "stall", "malformed", "badjson", "endless", "error", "nousage", "hang")
 
@@ -135,21 +137,7 @@ class FakeServer:
         return True
 
     def metrics_text(self) -> str:
-        c = self.counters
-        lb = f'engine="0",model_name="{self.model}"'
-        out = [
-            "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lb},finished_reason="length"}} {c["success"]}',
-            "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lb}}} {c['gen']}",
-            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lb}}} 0.0",
-        ]
-        if self.spec:
-            out += [
-                "# TYPE vllm:spec_decode_num_drafts counter", f"vllm:spec_decode_num_drafts_total{{{lb}}} {c['drafts']}",
-                "# TYPE vllm:spec_decode_num_draft_tokens counter", f"vllm:spec_decode_num_draft_tokens_total{{{lb}}} {c['draft_tokens']}",
-                "# TYPE vllm:spec_decode_num_accepted_tokens counter", f"vllm:spec_decode_num_accepted_tokens_total{{{lb}}} {c['accepted']}",
-                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
-            ] + [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lb},position="{i}"}} {v}' for i, v in enumerate(self.per_pos)]
-        return "\n".join(out) + "\n"
+        return vllm_metrics_text(self.model, self.counters, self.per_pos, spec=self.spec)
 
     async def _handle(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> bool:
         if self.recording is not None:

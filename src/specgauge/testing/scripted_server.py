@@ -17,10 +17,10 @@ request's drafts come from ``traces`` — the replay of the real drafters, compu
 Python suffix drafter costs 1–8 ms per call on a busy 2-core host, so 64 of them per step would break
 the step deadlines; the CPU-shaped server keeps drafting live, and its tests check live = replay.
 
-Raw asyncio sockets (as ``specgauge.loadgen.fakeserver``). In a thread: ``with ScriptedServer(...) as
-srv: srv.base_url``; as a process: ``python -m specgauge.predict.scripted_server --workload W --law
+Raw asyncio sockets (as ``specgauge.testing.fakeserver``). In a thread: ``with ScriptedServer(...) as
+srv: srv.base_url``; as a process: ``python -m specgauge.testing.scripted_server --workload W --law
 JSON [--speculative-config JSON] --port P``, or several configs in one process (``--config LABEL=JSON``
-repeated; it prints their URLs; ``predict.server_process.ServerProcess`` starts that) — out of the
+repeated; it prints their URLs; ``testing.server_process.ServerProcess`` starts that) — out of the
 client's process, its steps do not wait on the client's GIL.
 """
 
@@ -44,6 +44,7 @@ from specgauge.engine.spec_stats import SpecStats
 from specgauge.predict.law import SHAPES, is_model_method
 from specgauge.predict.predict import step_function
 from specgauge.predict.replay import resolve_spec
+from specgauge.testing.vllm_metrics import vllm_metrics_text
 
 
 def request_key(body: dict[str, Any]) -> str:
@@ -387,28 +388,12 @@ class ScriptedServer:
         return True
 
     def metrics_text(self) -> str:
-        c = self.counters
-        lb = f'engine="0",model_name="{self.model_name}"'
-        out = [
-            "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lb}}} {len(self._running)}",
-            "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{lb}}} {len(self._waiting)}",
-            "# TYPE vllm:kv_cache_usage_perc gauge", f"vllm:kv_cache_usage_perc{{{lb}}} 0.0",
-            "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lb},finished_reason="length"}} {c["success"]}',
-            "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lb}}} {c['gen']}",
-            "# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{lb}}} {c['prompt']}",
-        ]
-        if self.k:
-            out += [
-                "# TYPE vllm:spec_decode_num_drafts counter", f"vllm:spec_decode_num_drafts_total{{{lb}}} {c['drafts']}",
-                "# TYPE vllm:spec_decode_num_draft_tokens counter", f"vllm:spec_decode_num_draft_tokens_total{{{lb}}} {c['draft_tokens']}",
-                "# TYPE vllm:spec_decode_num_accepted_tokens counter", f"vllm:spec_decode_num_accepted_tokens_total{{{lb}}} {c['accepted']}",
-                "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
-            ] + [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lb},position="{i}"}} {v}' for i, v in enumerate(self.per_pos)]
-        return "\n".join(out) + "\n"
+        gauges = {"num_requests_running": len(self._running), "num_requests_waiting": len(self._waiting)}
+        return vllm_metrics_text(self.model_name, self.counters, self.per_pos, spec=bool(self.k), gauges=gauges)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m specgauge.predict.scripted_server", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m specgauge.testing.scripted_server", description=__doc__.splitlines()[0])
     ap.add_argument("--workload", type=Path, action="append", required=True)
     ap.add_argument("--law", required=True, help="JSON object of law parameters (seconds)")
     ap.add_argument("--shape", default="flattened", choices=SHAPES)

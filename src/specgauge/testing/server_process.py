@@ -1,4 +1,4 @@
-"""Scripted servers (``predict.scripted_server``) in a process of their own, one per config, each on its
+"""Scripted servers (``testing.scripted_server``) in a process of their own, one per config, each on its
 own port: their steps never wait for the caller's GIL (a bench client in the same process would delay
 them). ``with ServerProcess(workload, {label: spec}) as sp: sp.urls`` — stopped when the block ends."""
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from specgauge.predict.scripted_server import Traces
+from specgauge.testing.scripted_server import Traces
 
 
 class ServerProcess:
@@ -23,7 +23,7 @@ class ServerProcess:
         import sys
         import tempfile
 
-        args = [sys.executable, "-m", "specgauge.predict.scripted_server", "--law", json.dumps(law or {})]
+        args = [sys.executable, "-m", "specgauge.testing.scripted_server", "--law", json.dumps(law or {})]
         for w in workload:
             args += ["--workload", str(w)]
         if gpu_curve is not None:

@@ -1,7 +1,7 @@
 """Calibrate, sweep and predict a GPU-shaped scripted server: is the law right past the knee?
 
 Shared by ``benchmarks/predict_gpu.py`` (prints it) and ``tests/integration/test_gpu_scripted.py``
-(asserts it). The servers (``predict.scripted_server`` with a measured GPU curve, ``predict.gpu_curve``)
+(asserts it). The servers (``testing.scripted_server`` with a measured GPU curve, ``predict.gpu_curve``)
 run in a process of their own over real HTTP; each config's drafts per step come from the replay of
 the real drafters (``scripted_server.replay_traces``), per run the server serves. The curve is an
 explicit argument (the repository's is ``tests/data/gpu/h200-llama3-8b-costs.json``; a wheel holds none).
@@ -40,8 +40,8 @@ from specgauge.predict.gpu_curve import GpuCurve, GpuServerCosts, gpu_step_funct
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
 from specgauge.predict.schedule import simulate_schedule, timeline
-from specgauge.predict.scripted_server import Traces, replay_traces
-from specgauge.predict.server_process import ServerProcess
+from specgauge.testing.scripted_server import Traces, replay_traces
+from specgauge.testing.server_process import ServerProcess
 from specgauge.predict.types import CellPrediction
 from specgauge.recommend import RecommendSettings, recommend
 from specgauge.recommend.curves import SpeedupCurves, speedup_curves
