@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from typing import Any
 
+from specgauge.testing._loop import ThreadedServer
 from specgauge.testing.vllm_metrics import vllm_metrics_text
 
 K = 4
@@ -54,7 +54,9 @@ def vllm_chunk(cid: str, model: str, text: str, chat: bool, completion_tokens: i
     return json.dumps(o, separators=(",", ":"))
 
 
-class FakeServer:
+class FakeServer(ThreadedServer):
+    what = "fake server"
+
     def __init__(self, usage_per_chunk: bool = True, spec: bool = True, recording: dict[str, Any] | None = None,
                  close_after_stream: bool = False, model: str = "fake") -> None:
         self.recording = recording
@@ -67,45 +69,14 @@ class FakeServer:
         self.per_pos = [0] * K
         self.requests = 0
         self.override = ""  #: a directive applied on top of every request's own (fault injection mid-run)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.base_events.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
         self.port = 0
+        self._init_lifecycle()
 
-    # -- lifecycle ----------------------------------------------------------------------------
-    def __enter__(self) -> FakeServer:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("fake server did not start")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        self._server = loop.run_until_complete(asyncio.start_server(self._conn, "127.0.0.1", 0))
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            self._server.close()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
+    # -- lifecycle (``ThreadedServer``) ------------------------------------------------------------
+    async def _start(self) -> asyncio.base_events.Server:
+        server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        return server
 
     # -- HTTP ---------------------------------------------------------------------------------
     async def _conn(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:

@@ -30,13 +30,12 @@ import argparse
 import asyncio
 import hashlib
 import json
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +43,7 @@ from specgauge.engine.spec_stats import SpecStats
 from specgauge.predict.law import SHAPES, is_model_method
 from specgauge.predict.predict import step_function
 from specgauge.predict.replay import resolve_spec
+from specgauge.testing._loop import ThreadedServer
 from specgauge.testing.vllm_metrics import vllm_metrics_text
 
 
@@ -111,7 +111,10 @@ class _Req:
     run: int = 0  #: the run over the same requests this server served it in (0: the first)
 
 
-class ScriptedServer:
+class ScriptedServer(ThreadedServer):
+    what = "scripted server"
+    start_timeout_s = 30.0
+
     def __init__(self, workload: Sequence[Path], law: dict[str, float], shape: str = "flattened",
                  speculative_config: dict[str, Any] | None = None, max_batch: int | None = None,
                  model_name: str = "scripted", port: int = 0, step_fn: Any = None,
@@ -148,43 +151,10 @@ class ScriptedServer:
         self._waiting: deque[_Req] = deque()
         self._running: list[_Req] = []
         self._wake: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
+        self._init_lifecycle()
         self._n = 0
 
-    # -- lifecycle --------------------------------------------------------------------------------
-    def __enter__(self) -> Self:
-        self._thread = threading.Thread(target=self._run_thread, daemon=True, name="scripted-server")
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise RuntimeError("scripted server did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run_thread(self) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        self._loop = loop
-        server = loop.run_until_complete(self._start())
-        try:
-            loop.run_forever()
-        finally:
-            server.close()
-            for t in asyncio.all_tasks(loop):
-                t.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
-            loop.close()
-
+    # -- lifecycle (``ThreadedServer``) ------------------------------------------------------------
     async def _start(self) -> asyncio.base_events.Server:
         self._wake = asyncio.Event()
         server = await asyncio.start_server(self._conn, "127.0.0.1", self.port)
