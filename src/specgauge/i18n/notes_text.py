@@ -57,16 +57,13 @@ STORED: Entries = {
               "verification), each batch size simulated as a closed-loop bench of these requests; band from the law's bootstrap",
         "ko": "예측 속도 향상: 비용 프로파일 {file}의 보정된 스텝 비용 법칙 (서버 {model}, {shape} 검증), 배치 크기마다 "
               "이 요청들의 폐루프 벤치마크로 시뮬레이션; 범위는 법칙의 부트스트랩에서"},
-    "simulate.n.uncalibrated_file": {
-        "en": "predicted speedup: UNCALIBRATED cost model (the cost-ratio file {file}; not fitted on a live server); fit "
-              "your server's law with `specgauge calibrate` and pass its cost_profile.json as --cost-profile",
-        "ko": "예측 속도 향상: 보정되지 않은 비용 모델 (비용 비율 파일 {file}; 실제 서버에 적합하지 않음). "
-              "`specgauge calibrate`로 서버의 법칙을 적합하고 그 cost_profile.json을 --cost-profile로 넘기세요"},
     "simulate.n.uncalibrated": {
-        "en": "predicted speedup: UNCALIBRATED cost model (guessed costs; not fitted on a live server); fit your server's "
+        "en": "predicted speedup: UNCALIBRATED cost model ({what}; not fitted on a live server); fit your server's "
               "law with `specgauge calibrate` and pass its cost_profile.json as --cost-profile",
-        "ko": "예측 속도 향상: 보정되지 않은 비용 모델 (추정 비용; 실제 서버에 적합하지 않음). "
+        "ko": "예측 속도 향상: 보정되지 않은 비용 모델 ({what}; 실제 서버에 적합하지 않음). "
               "`specgauge calibrate`로 서버의 법칙을 적합하고 그 cost_profile.json을 --cost-profile로 넘기세요"},
+    "simulate.n.ratio_file": {"en": "the cost-ratio file {file}", "ko": "비용 비율 파일 {file}"},
+    "simulate.n.guessed": {"en": "guessed costs", "ko": "추정 비용"},
     "simulate.n.stream": {
         "en": "--partition-by {by}: one cache per value of {by} (as one server each), each replayed in arrival order "
               "({what}); per-request methods do not depend on it",

@@ -24,6 +24,11 @@ def _data(text: str) -> str:
     return text
 
 
+def _note(text: str) -> str:
+    """A note stored in English, in the current language, escaped for rich markup."""
+    return escape(_data(translate(text)))
+
+
 def _num(v: float | None, fmt: str = "{:.0f}") -> str:
     return "–" if v is None else fmt.format(v)
 
@@ -79,7 +84,7 @@ def render_profile(p: WorkloadProfile, console: Console) -> None:
     if p.skipped_invalid:
         console.print(f"[yellow]{tr('profile.skipped', n=p.skipped_invalid)}[/yellow]")
     for note in p.overall.notes:
-        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(_data(translate(note)))}", highlight=False)
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {_note(note)}", highlight=False)
 
 
 def _f(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -159,7 +164,7 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
     for k, v in r.skipped.items():
         console.print(f"[yellow]{escape(tr('simulate.skipped', n=v, why=k))}[/yellow]")
     for note in r.notes:
-        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(_data(translate(note)))}", highlight=False)
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {_note(note)}", highlight=False)
     for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
         if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
-            console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(s.method)} k={s.k}: {escape(translate(s.notes[-1]))}", highlight=False)
+            console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(s.method)} k={s.k}: {_note(s.notes[-1])}", highlight=False)

@@ -271,8 +271,8 @@ class ReplayTally:
             notes.append(en("simulate.n.fitted", file=Path(cfg.cost_profile).name if cfg.cost_profile else "",
                             model=self.fitted.provenance.get("model") or "?", shape=self.fitted.shape))
         else:
-            notes.append(en("simulate.n.uncalibrated_file", file=Path(cfg.cost_profile).name) if cfg.cost_profile
-                         else en("simulate.n.uncalibrated"))
+            what = en("simulate.n.ratio_file", file=Path(cfg.cost_profile).name) if cfg.cost_profile else en("simulate.n.guessed")
+            notes.append(en("simulate.n.uncalibrated", what=what))
         return SimulateResult(
             tokenizer=tok.name, exact=self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
             overall=_segment("", accs, labels, cfg, profiles, fitted),
