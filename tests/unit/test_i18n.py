@@ -56,7 +56,7 @@ def test_every_entry_has_both_languages_with_the_same_placeholders() -> None:
 
 def _sample(name: str, i: int) -> str:
     if name in NUMERIC_PARAMS:
-        return f"{1.25 + i:.3f}×" if name in ("est", "lo", "hi") else str(3 + i)
+        return f"{1.25 + i:.3f}×" if name in ("est", "lo", "hi", "thr") else str(3 + i)
     return f"R{i}-{name.upper()}"  # free text that no template or term matches (kept as is)
 
 

@@ -122,7 +122,7 @@ def en(key: str, **params: object) -> str:
 #: placeholders that always hold a formatted number (``1.234×``, ``-4.8``, ``1e-05``, ``n/a``): matched as
 #: numbers, so a reason with several free-text parts splits in one way only
 NUMERIC_PARAMS = frozenset({"est", "lo", "hi", "m", "base", "cand", "d", "limit", "n", "need", "k", "pct", "tol", "more",
-                            "total", "b", "p", "alpha", "stat", "mean", "c", "u"})
+                            "total", "b", "p", "alpha", "stat", "mean", "c", "u", "thr", "upto", "from_c", "c0", "c1", "cx", "pos", "prompt"})
 _NUMBER = r"[-+±]?(?:n/a|\d[\d.,]*(?:e[-+]?\d+)?)×?"
 
 
@@ -158,7 +158,8 @@ def _terms(value: str, lang: str) -> str:
 def translate(text: str, lang: str | None = None) -> str:
     """``text`` (made by ``en``) in ``lang`` (default: the current language); unchanged when it
     matches no catalogue template or the language is English. Parameters are translated the same
-    way (a confidence interval inside a reason), else word by word from ``TERMS``."""
+    way (a confidence interval inside a reason); a comma-separated list no template matches as a whole
+    item by item (``prompt 0 position 1, prompt 3 position 2``); else word by word from ``TERMS``."""
     lang = lang or get_lang()
     if lang == "en" or not text:
         return text
@@ -167,6 +168,11 @@ def translate(text: str, lang: str | None = None) -> str:
         m = rx.match(text)
         if m is not None:
             return _text(key, lang).format(**{n: translate(m.group(n), lang) for n in names})
+    if ", " in text:
+        items = text.split(", ")
+        shown = [translate(x, lang) for x in items]
+        if shown != items:
+            return ", ".join(shown)
     return _terms(text, lang)
 
 

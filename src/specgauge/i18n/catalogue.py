@@ -160,6 +160,8 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("token ids", {"ko": "토큰 ID"}),
     ("text", {"ko": "텍스트"}),
     ("n/a", {"ko": "해당 없음"}),
+    ("95 % CI", {"ko": "95 % 신뢰구간"}),  # recommend/choose: what must clear the margin
+    ("prediction band", {"ko": "예측 구간"}),
 ], key=lambda kv: -len(kv[0]))
 
 REPORT: Entries = {
@@ -187,6 +189,15 @@ REPORT: Entries = {
     "report.c.label": {"en": "label", "ko": "이름"},
     "report.c.kind": {"en": "kind", "ko": "종류"},
     "report.c.path": {"en": "path", "ko": "경로"},
+    # the inputs' kinds (report/html.build_report, report/runs.LoadedRun.kind, report/foreign.kind_of)
+    "report.kind.bench": {"en": "bench", "ko": "벤치마크"},
+    "report.kind.results": {"en": "results", "ko": "결과 파일"},
+    "report.kind.simulate": {"en": "simulate", "ko": "시뮬레이션"},
+    "report.kind.profile": {"en": "profile", "ko": "프로파일"},
+    "report.kind.compare": {"en": "compare", "ko": "비교"},
+    "report.kind.sweep": {"en": "sweep", "ko": "스윕"},
+    "report.kind.recommendation": {"en": "recommendation", "ko": "권장 설정"},
+    "report.kind.canary": {"en": "canary", "ko": "카나리"},
     "report.c.segment": {"en": "segment", "ko": "세그먼트"},
     "report.c.verdict": {"en": "verdict", "ko": "판정"},
     "report.c.reasons": {"en": "reasons", "ko": "사유"},

@@ -10,6 +10,14 @@ ENTRIES: Entries = {}
 
 STORED: Entries = {
     "notes.list": {"en": "{a}; {b}", "ko": "{a}; {b}"},
+    # where a comparison's figures came from (stats/compare.AcceptanceStats.basis, stats/equivalence, report/runs)
+    "acc.basis.counters": {"en": "the run's /metrics counter diff", "ko": "실행의 /metrics 카운터 차이"},
+    "acc.basis.counters_src": {"en": "the run's /metrics counter diff ({src})", "ko": "실행의 /metrics 카운터 차이 ({src})"},
+    "acc.basis.requests": {"en": "per-request counts of {n} request(s)", "ko": "요청 {n}개의 요청별 카운트"},
+    "acc.basis.requests_src": {"en": "per-request counts of {n} request(s) ({src})", "ko": "요청 {n}개의 요청별 카운트 ({src})"},
+    "eq.src.flag": {"en": "--temperature flag", "ko": "--temperature 옵션"},
+    "eq.src.unknown": {"en": "unknown", "ko": "알 수 없음"},
+    "eq.src.run_json": {"en": "the workload named in run.json", "ko": "run.json에 적힌 워크로드"},
     "profile.n.approx": {"en": "token counts approximate: {reason}", "ko": "토큰 수 근사치: {reason}"},
     "profile.r.log": {"en": "every token count came from the log (token ids or usage)",
                       "ko": "모든 토큰 수를 로그에서 얻었습니다 (토큰 id 또는 usage)"},

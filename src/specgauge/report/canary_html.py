@@ -141,9 +141,9 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
             if not ws:
                 continue
             fig.add_trace(go.Scatter(
-                x=[w.t - t0 for w in ws], y=[w.weight for w in ws], mode="markers", name=_word("action", action),
+                x=[w.t - t0 for w in ws], y=[w.weight for w in ws], mode="markers", name=word("canary.action", action),
                 marker={"color": color, "size": 9 if action != "hold" else 6},
-                text=[plot_label(f"{_word('outcome', w.outcome)}: {translate(w.reason)[:300]}") for w in ws],
+                text=[plot_label(f"{word('canary.outcome', w.outcome)}: {translate(w.reason)[:300]}") for w in ws],
                 hovertemplate="%{text}<extra></extra>"))
         share = t("canary.fig.mirrored") if sec.mode == "shadow" else t("canary.fig.cand_weight")
         fig.update_layout(title=plot_label(t("canary.fig.title_weight", label=sec.label)), xaxis_title=t("canary.fig.seconds"),
@@ -173,8 +173,8 @@ def canary_figures(sec: CanarySection, i: int) -> dict[str, str]:
 _TEMPLATE = """
 {% for sec in sections %}{% set f = figs[loop.index0] %}
 <section id="canary-{{ loop.index0 }}">
-  <h2>{{ t("canary.h", label=data(sec.label), mode=word("mode", sec.mode)) }}</h2>
-  <p><span class="badge {{ badge[sec.status] }}">{{ word("status", sec.status) }}</span>
+  <h2>{{ t("canary.h", label=data(sec.label), mode=word("canary.mode", sec.mode)) }}</h2>
+  <p><span class="badge {{ badge[sec.status] }}">{{ word("canary.status", sec.status) }}</span>
   {% set steps = [] %}{% for s in sec.steps %}{% set _ = steps.append(s | f("{:g}")) %}{% endfor %}
   {{ t("canary.steps", steps=steps | join(", "), base=data(sec.upstreams.get("baseline", {}).get("url", "?")),
        cand=data(sec.upstreams.get("candidate", {}).get("url", "?"))) }}</p>
@@ -190,8 +190,8 @@ _TEMPLATE = """
   <table><tr><th>{{ t("canary.c.t") }}</th><th>{{ t("canary.c.weight") }}</th><th>{{ t("canary.c.outcome") }}</th><th>{{ t("canary.c.decision") }}</th>
     <th>{{ t("canary.c.score") }}</th><th>{{ t("canary.c.sides") }}</th><th class="l">{{ t("canary.c.failed_checks") }}</th><th class="l">{{ t("canary.c.reason") }}</th></tr>
   {% for w in points | sort(attribute="t") %}
-  <tr><td>{{ (w.t - (sec.started_at or w.t)) | f("{:.0f}") }}</td><td>{{ w.weight | f("{:g}") }}</td><td>{{ word("outcome", w.outcome) }}</td>
-      <td>{{ word("action", w.action) }}{% if w.to_weight != w.weight %} → {{ w.to_weight | f("{:g}") }}{% endif %}</td><td>{{ w.score | f("{:.0f}") }}</td>
+  <tr><td>{{ (w.t - (sec.started_at or w.t)) | f("{:.0f}") }}</td><td>{{ w.weight | f("{:g}") }}</td><td>{{ word("canary.outcome", w.outcome) }}</td>
+      <td>{{ word("canary.action", w.action) }}{% if w.to_weight != w.weight %} → {{ w.to_weight | f("{:g}") }}{% endif %}</td><td>{{ w.score | f("{:.0f}") }}</td>
       <td>{{ w.requests.get("baseline", 0) }} / {{ w.requests.get("candidate", 0) }}</td>
       <td class="l">{{ code(w.failed_checks | join(", ")) if w.failed_checks else "" }}</td><td class="l">{{ tr(w.reason)[:400] }}</td></tr>
   {% endfor %}</table>
@@ -203,18 +203,13 @@ _TEMPLATE = """
 """
 
 
-def _word(kind: str, value: str) -> str:
-    """An outcome, action, status or mode from the decision log in the current language."""
-    return word(f"canary.{kind}", value)
-
-
 def render_canaries(sections: Sequence[CanarySection]) -> str:
     """The HTML fragment for every canary run (empty when there are none)."""
     if not sections:
         return ""
     import jinja2
 
-    env = template_env(word=_word)
+    env = template_env()
     figs = [{k: jinja2.utils.markupsafe.Markup(v) for k, v in canary_figures(s, i).items()} for i, s in enumerate(sections)]
     figs = [{"weight": f.get("weight"), "latency": f.get("latency")} for f in figs]
     return str(env.from_string(_TEMPLATE).render(

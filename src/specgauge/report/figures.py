@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specgauge.i18n import t, translate
+from specgauge.i18n import t, translate, word
 
 
 def plot_label(s: str) -> str:
@@ -50,6 +50,6 @@ def template_env(**extra: Any) -> Any:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                              autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["f"] = fmt_number
-    env.globals.update(t=t_markup, tr=translate, data=lambda v: Markup('<span class="data">{}</span>').format(v),
+    env.globals.update(t=t_markup, tr=translate, word=word, data=lambda v: Markup('<span class="data">{}</span>').format(v),
                        code=lambda v: Markup("<code>{}</code>").format(v), **extra)
     return env

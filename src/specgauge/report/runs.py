@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specgauge.errors import UserError
+from specgauge.i18n import en
 from specgauge.paths import resolve_portable
 from specgauge.records import RequestRecord, ResultsFile, SessionRecord, SpecCounts
 from specgauge.simulate.compare import compare_simulations
@@ -273,7 +274,7 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
         if r.kind not in ("bench", "results"):
             raise RunLoadError(f"{r.path}: a {r.kind} result cannot be compared; pass two bench runs (or two simulate results)")
     temps = {**c.temperatures, **b.temperatures}
-    src = "the workload named in run.json" if temps else ""
+    src = en("eq.src.run_json") if temps else ""
     scorer = (req.scorer, load_scorer(req.scorer)) if req.scorer else None
     res = decide(b.records, c.records, b.info(), c.info(), req.config, req.criteria,
                  temperatures=temps, temperature=req.temperature, temperature_source=src, scorer=scorer,

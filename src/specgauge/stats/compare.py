@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from specgauge.i18n import en
 from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.equivalence import EquivalenceResult
 from specgauge.stats.latency import tpot
@@ -123,12 +124,13 @@ class AcceptanceStats(BaseModel):
         )
 
     def basis(self) -> str:
-        """Where the figure came from, in words."""
+        """Where the figure came from, in words (English; shown with ``translate``)."""
         if not self.available:
             return "n/a"
         if self.origin == "counters":
-            return f"the run's /metrics counter diff{f' ({self.source})' if self.source else ''}"
-        return f"per-request counts of {self.requests_with_counts} request(s){f' ({self.source})' if self.source else ''}"
+            return en("acc.basis.counters_src", src=self.source) if self.source else en("acc.basis.counters")
+        n = self.requests_with_counts
+        return en("acc.basis.requests_src", n=n, src=self.source) if self.source else en("acc.basis.requests", n=n)
 
 
 class GroupComparison(BaseModel):

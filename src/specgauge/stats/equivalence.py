@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
+from specgauge.i18n import en
 from specgauge.records import RequestRecord
 
 WINDOW_BEFORE = 40
@@ -288,7 +289,7 @@ def check_equivalence(
         if t is None:
             unknown += 1
         (greedy if t == 0 else sampled).append((b, c))
-    src = "--temperature flag" if temperature is not None else (temperature_source or "unknown")
+    src = en("eq.src.flag") if temperature is not None else (temperature_source or en("eq.src.unknown"))
     with_ids = all(token_ids(b) is not None and token_ids(c) is not None for b, c in sampled)
     units = [((token_ids(b) or []), (token_ids(c) or [])) if with_ids else (b.text, c.text) for b, c in sampled]
     s = SampledEquivalence(
