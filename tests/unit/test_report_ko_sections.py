@@ -48,7 +48,7 @@ ALLOWED = {"specgauge", "TTFT", "TPOT", "ITL", "E2E", "MAL", "SLO", "RAG", "KV",
            "MiB", "GiB", "ms", "sha256", "temperature", "ngram", "suffix", "draft_model", "vLLM", "vllm", "llama", "cpp",
            "SGLang", "JSON", "json", "p50", "p95", "min", "off", "Cram", "V", "PASS", "FAIL", "INCONCLUSIVE", "GO", "NO",
            "k", "C", "p", "dof", "n", "s", "x", "chi2", "http", "https", "ID", "CUDA", "nvidia-smi", "amd-smi", "rocm-smi",
-           "ttft", "tpot", "e2e", "itl", "forward", "temperature-0", "Holm", "alpha", "n-gram", "ngram-simple", "NGRAM", "TTFT95", "E2E95"}
+           "ttft", "tpot", "e2e", "itl", "forward", "temperature-0", "Holm", "alpha", "n-gram", "ngram-simple", "NGRAM", "TTFT95", "E2E95", "req", "PATH", "bench"}
 
 
 class _Text(HTMLParser):
@@ -225,3 +225,26 @@ def test_bench_and_compare_sections_too(tmp_path: Path) -> None:
     html = out.read_text()
     data = DATA | {"base-c4", "spec-c4", "base-c16", "spec-c16", "sim", XSS_SEGMENT, "test"}  # "test": the counts' source
     assert english_words(page_text(html) + "\n" + "\n".join(figure_text(html)), data) == []
+
+
+def test_console_bench_and_compare_in_korean(real_sweep: Path, tmp_path: Path) -> None:
+    """Bench summaries of the sweep's real cells (a run without and one with speculation counts) and a
+    comparison of them, and the hand-made GO comparison with a changed greedy output."""
+    from specgauge.report.bench_console import format_summary as bench_summary
+    from specgauge.report.decide_console import render_comparison
+    from specgauge.report.runs import CompareRequest, compare_paths
+    from specgauge.stats.verdict import ComparisonResult
+    from tests.integration.test_report_browser import XSS_OUTPUT, XSS_SEGMENT, make_inputs
+
+    m = SweepManifest.load(real_sweep)
+    dirs = {c.label: real_sweep / c.dir for c in m.cells if c.concurrency == 2}
+    made = make_inputs(tmp_path)
+    cmps = [compare_paths(CompareRequest(baseline=dirs["off"], candidate=dirs["ngram-k4"])),
+            ComparisonResult.model_validate_json(made[-1].read_text())]
+    with use_lang("ko"):
+        for d in dirs.values():
+            _no_english(bench_summary(json.loads((d / "summary.json").read_text())), DATA)
+        for c in cmps:
+            runs = {c.baseline.label, c.candidate.label, c.baseline.path, c.candidate.path}
+            outputs = {XSS_SEGMENT, XSS_OUTPUT, "(diverged)"}  # a segment name and the outputs' own text
+            _no_english(_console(render_comparison, c), DATA | runs | outputs | {"base-c4", "spec-c4", "r3", "vllm:per-request"})

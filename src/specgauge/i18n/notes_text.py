@@ -15,6 +15,10 @@ STORED: Entries = {
     "acc.basis.counters_src": {"en": "the run's /metrics counter diff ({src})", "ko": "실행의 /metrics 카운터 차이 ({src})"},
     "acc.basis.requests": {"en": "per-request counts of {n} request(s)", "ko": "요청 {n}개의 요청별 카운트"},
     "acc.basis.requests_src": {"en": "per-request counts of {n} request(s) ({src})", "ko": "요청 {n}개의 요청별 카운트 ({src})"},
+    # loadgen/memory.py: why device memory was not measured (tool errors stay as the tool wrote them)
+    "mem.r.no_tool": {"en": "none of {tools} found on PATH: device memory not measured",
+                      "ko": "PATH에 {tools} 중 어느 것도 없음: 장치 메모리를 측정하지 않음"},
+    "mem.r.no_sample": {"en": "no sample succeeded: {errors}", "ko": "성공한 샘플 없음: {errors}"},
     "eq.src.flag": {"en": "--temperature flag", "ko": "--temperature 옵션"},
     "eq.src.unknown": {"en": "unknown", "ko": "알 수 없음"},
     "eq.src.run_json": {"en": "the workload named in run.json", "ko": "run.json에 적힌 워크로드"},

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specgauge.i18n import en
 from specgauge.loadgen.smi import (
     NVIDIA_QUERY,
     Row,
@@ -197,7 +198,7 @@ class MemorySampler:
         tried = self.probe or self._last_tried
         if tried is None and not self.samples:
             if not self.candidates():
-                return {"tool": None, "reason": f"none of {', '.join(TOOLS)} found on PATH: device memory not measured"}
+                return {"tool": None, "reason": en("mem.r.no_tool", tools=", ".join(TOOLS))}
             tried = self.candidates()[0]
         devices: dict[int, dict[str, float]] = {}
         util_sum: dict[int, tuple[float, int]] = {}
@@ -221,7 +222,7 @@ class MemorySampler:
         if tried is not None:
             out["command"] = tried.command
         if not self.samples:
-            out["reason"] = "no sample succeeded: " + "; ".join(self.errors[:3])
+            out["reason"] = en("mem.r.no_sample", errors="; ".join(self.errors[:3]))
         elif self.errors:
             out["errors"] = self.errors[:5]
         if self.warning:

@@ -104,16 +104,14 @@ def _replay_check(rc: dict[str, Any], speculative: bool) -> list[str]:
         return f"{100 * x:.1f} %" if isinstance(x, (int, float)) else "n/a"
 
     if not rc.get("available"):
-        return [translate(f"Replay check: not run ({rc['reason']})")] if speculative and rc.get("reason") else []
-    head = f"Replay check ({rc.get('method')}, k={rc.get('k')}):"
+        return [t("rc.not_run", why=translate(rc["reason"]))] if speculative and rc.get("reason") else []
     if rc.get("gap"):
-        out = [translate(f"{head} GAP: {rc.get('gap_summary')}")]
+        out = [t("rc.gap", method=rc.get("method"), k=rc.get("k"), summary=translate(rc.get("gap_summary") or ""))]
     else:
-        out = [translate(f"{head} {rc.get('matching', 0)} of {rc.get('requests', 0)} requests equal the replay of their "
-                         f"own outputs (server {pct(rc.get('server_acceptance_rate'))}, replay "
-                         f"{pct(rc.get('replay_acceptance_rate'))})")]
+        out = [t("rc.match", method=rc.get("method"), k=rc.get("k"), m=rc.get("matching", 0), n=rc.get("requests", 0),
+                 srv=pct(rc.get("server_acceptance_rate")), rep=pct(rc.get("replay_acceptance_rate")))]
     if rc.get("uncertain"):
-        out.append(translate(f"  {rc['uncertain']} request(s) the replay cannot vouch for (suffix cache: see notes)"))
+        out.append(t("rc.uncertain", n=rc["uncertain"]))
     return out
 
 
@@ -124,7 +122,7 @@ def _memory(mem: dict[str, Any], lines: list[str], row: Any) -> None:
     if not devices and not srv:
         why = dev.get("reason")
         if why:
-            lines.append(t("bench.mem.none", why=why))
+            lines.append(t("bench.mem.none", why=translate(why)))
         return
     lines.append(_rule(t("bench.h.memory"), "-"))
     if devices:

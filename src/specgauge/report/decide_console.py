@@ -47,8 +47,8 @@ def _f(v: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def _group_rows(t: Table, g: GroupComparison) -> None:
-    t.add_row(escape(g.group), str(g.pairs), _ci(g.speedup, "{:.3f}×"),
+def _group_rows(tb: Table, g: GroupComparison) -> None:
+    tb.add_row(escape(t("compare.overall") if g.group == "overall" else g.group), str(g.pairs), _ci(g.speedup, "{:.3f}×"),
               *[_ci(m.delta_ms) for m in g.latency if m.stat == "p95"],
               _ci(g.failure_rate_diff, "{:+.2f}", 100.0),
               _f(g.acceptance.acceptance_rate, "{:.1%}") if g.acceptance.available else "–",
@@ -121,9 +121,9 @@ def _render(r: ComparisonResult, console: Console, mismatches: int) -> None:
             pos = " ".join(f"{x:.2f}" for x in o.acceptance.per_position)
             console.print(escape(t("compare.acceptance", rate=_f(o.acceptance.acceptance_rate, '{:.1%}'),
                                    mal=_f(o.acceptance.mean_acceptance_length, '{:.2f}'), pos=pos or "–",
-                                   src=o.acceptance.basis())), highlight=False)
+                                   src=translate(o.acceptance.basis()))), highlight=False)
         else:
-            console.print(escape(t("compare.acceptance_na", why=o.acceptance.reason or "")), highlight=False)
+            console.print(escape(t("compare.acceptance_na", why=translate(o.acceptance.reason or ""))), highlight=False)
         _render_equivalence(r, console, mismatches)
         _render_memory(r, console)
     for n in r.notes:
@@ -161,12 +161,13 @@ def _render_equivalence(r: ComparisonResult, console: Console, mismatches: int) 
         console.print(escape(t("compare.eq_greedy", m=g.matches, n=g.pairs, rate=_f(g.match_rate, '{:.2%}'), by=translate(g.compared_by))),
                       highlight=False)
         for m in g.mismatches[:mismatches]:
-            where = f"token {m.token_position}" if m.token_position is not None else ""
+            where = [t("compare.eq_at_token", pos=m.token_position)] if m.token_position is not None else []
             if m.char_position is not None:
-                where += (", " if where else "") + f"char {m.char_position}"
-            console.print(f"  [red]≠[/red] {escape(m.id)} at {where}: …{visible(m.context)}", highlight=False)
-            console.print(f"      baseline:  [green]{visible(m.baseline_continuation)}[/green]", highlight=False)
-            console.print(f"      candidate: [red]{visible(m.candidate_continuation)}[/red]", highlight=False)
+                where.append(t("compare.eq_at_char", pos=m.char_position))
+            at = escape(t("compare.eq_mismatch", id=m.id, where=", ".join(where)))
+            console.print(f"  [red]≠[/red] {at}: …{visible(m.context)}", highlight=False)
+            console.print(f"      {escape(t('compare.eq_base'))} [green]{visible(m.baseline_continuation)}[/green]", highlight=False)
+            console.print(f"      {escape(t('compare.eq_cand'))} [red]{visible(m.candidate_continuation)}[/red]", highlight=False)
         if len(g.mismatches) > mismatches:
             console.print(escape(t("compare.eq_more", n=len(g.mismatches) - mismatches)), highlight=False)
     s = eq.sampled
@@ -177,5 +178,6 @@ def _render_equivalence(r: ComparisonResult, console: Console, mismatches: int) 
                       highlight=False)
     if eq.scorer is not None:
         sc = eq.scorer
-        console.print(f"  scorer {escape(eq.scorer_name or '')}: mean {_f(sc.statistic, '{:+.4g}')} over {sc.n} pairs, "
-                      f"p={_f(sc.p_value, '{:.3g}')} ({sc.reason or 'paired sign-flip test'})", highlight=False)
+        console.print(escape(t("compare.eq_scorer", name=eq.scorer_name or "", mean=_f(sc.statistic, "{:+.4g}"), n=sc.n,
+                               p=_f(sc.p_value, "{:.3g}"), why=translate(sc.reason) if sc.reason else t("compare.eq_sign_flip"))),
+                      highlight=False)

@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import ReplayTrace, drafter_factory, final_bound
+from specgauge.i18n import en
 from specgauge.offline.replay import MethodReplay, MethodSpec
 from specgauge.records import RequestRecord
 from specgauge.stats.record_fields import per_step, token_ids
@@ -159,16 +160,15 @@ def judge_request(rid: str, t: ReplayTrace, n_out: int, server: Counts | None,
         elif not same:
             j = next((i for i, (x, y) in enumerate(zip(ours, steps)) if x != y), min(len(ours), len(steps)))
             row.status = "uncertain" if uncertain_from is not None and j >= uncertain_from else "gap"
-            row.detail = (f"step {j}: server drafted/accepted {steps[j] if j < len(steps) else 'nothing'}, "
-                          f"replay {ours[j] if j < len(ours) else 'nothing'}")
+            row.detail = en("rc.d.step", j=j, srv=steps[j] if j < len(steps) else en("rc.d.nothing"),
+                            rep=ours[j] if j < len(ours) else en("rc.d.nothing"))
         return row
     short = server.accepted_tokens - replay.accepted_tokens
     same = server.drafts == replay.drafts and server.draft_tokens == replay.draft_tokens and 0 <= short <= bound
     if not same:
         row.status = "uncertain" if uncertain_from is not None else "gap"
-        row.detail = (f"server {server.drafts} drafts / {server.draft_tokens} draft tokens / {server.accepted_tokens} "
-                      f"accepted; replay {replay.drafts} / {replay.draft_tokens} / {replay.accepted_tokens} "
-                      f"(+ at most {bound} past the output's end)")
+        row.detail = en("rc.d.counts", sd=server.drafts, st=server.draft_tokens, sa=server.accepted_tokens, rd=replay.drafts,
+                        rt=replay.draft_tokens, ra=replay.accepted_tokens, b=bound)
     elif uncertain_from is not None:
         row.status = "uncertain"
     return row
@@ -211,21 +211,19 @@ def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord],
         opts = {n: v for n, v in rep.options.items() if n.startswith("suffix_decoding_")}
         traces = schedule_traces(sched, opts, rep.k, max_model_len)
         if traces is not None:
-            res.notes.append(f"suffix replayed in the embedded engine's own call order over all {len(sched)} requests it "
-                             "admitted (warm-ups included): exact, overlapping requests too")
+            res.notes.append(en("rc.n.engine_order", n=len(sched)))
             return {r.id: traces[sc[1]] for r in ok if (sc := schedule_of(r.extra)) is not None}, False
     for w in warmups:  # what the cache learned before the run, in the order they were sent
         ids = token_ids(w) if w.get("ok") else None
         if ids is not None:
             rep.trace(str(w.get("id")), ids[0], ids[1], per_step(w))
         elif w.get("ok") is not None:
-            res.notes.append(f"warm-up {w.get('id')} left no token ids: what it taught the server's cache is unknown")
-    unknown_before = why.startswith("the server admitted")
+            res.notes.append(en("rc.n.warmup_no_ids", id=w.get("id")))
+    unknown_before = why.startswith("the server admitted")  # rc.s.missing: the cache saw requests these records lack
     if unknown_before:
-        res.notes.append(f"{why}; suffix rows are uncertain (never a gap)")
+        res.notes.append(en("rc.n.uncertain_why", why=why))
     if _overlapping(ok):
-        res.notes.append("requests overlapped in time: the server's suffix cache saw their tokens interleaved step by "
-                         "step, the replay request by request, so suffix rows are uncertain (never a gap)")
+        res.notes.append(en("rc.n.overlap"))
         return None, True
     return None, unknown_before
 
@@ -235,30 +233,27 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
     """Replay every successful request with token ids and compare with the server's own counts.
     ``warmups``: the run's warm-up requests (``RunRecord.warmups``), which a stateful cache learned first."""
     if spec is None:
-        return unavailable("the speculative config is unknown: the server does not state it; pass "
-                           "bench --speculative-config '<the JSON the server runs with>'")
+        return unavailable(en("rc.r.no_config"))
     try:
         cfg = spec if isinstance(spec, SpeculativeConfig) else SpeculativeConfig.model_validate(spec)
     except ValueError as e:
-        return unavailable(f"speculative config ({config_source}) not understood: {str(e).splitlines()[0]}")
+        return unavailable(en("rc.r.bad_config", source=config_source, error=str(e).splitlines()[0]))
     base = {"method": cfg.method, "k": cfg.num_speculative_tokens, "config_source": config_source}
     if not replayable(cfg.method):
-        return unavailable(f"method {cfg.method!r} drafts from the target's hidden states or by sampling: "
-                           "no replay from outputs alone", **base)
+        return unavailable(en("rc.r.hidden", method=repr(cfg.method)), **base)
     if cfg.method == "draft_model" and not (cfg.model and Path(cfg.model).is_dir()):
-        return unavailable(f"the draft model {cfg.model!r} is not a directory here: copy it here to replay it", **base)
+        return unavailable(en("rc.r.no_draft_dir", model=repr(cfg.model)), **base)
     ok = sorted((r for r in records if r.ok), key=lambda r: (r.sent_s, r.index))
     with_ids = [(r, ids) for r in ok if (ids := _ids(r)) is not None]
     if not with_ids:
-        return unavailable("the server returned no token ids (vLLM >= 0.10.2 returns them for return_token_ids; "
-                           "the embedded server does): nothing to replay", **base)
+        return unavailable(en("rc.r.no_ids"), **base)
     try:
         rep = _Replayer(cfg, max_model_len)
     except (ValueError, TypeError, OSError, ImportError) as e:
-        return unavailable(f"cannot build the {cfg.method} drafter: {e}", **base)
+        return unavailable(en("rc.r.no_drafter", method=cfg.method, error=e), **base)
     res = ReplayCheck(available=True, **base)
     if len(with_ids) < len(ok):
-        res.notes.append(f"{len(ok) - len(with_ids)} successful request(s) came without token ids and were not replayed")
+        res.notes.append(en("rc.n.no_ids", n=len(ok) - len(with_ids)))
     scheduled, overlap = _suffix_state(res, rep, [r for r, _ in with_ids], warmups, max_model_len) \
         if cfg.method == "suffix" else (None, False)
     for rec, (prompt, out) in with_ids:
@@ -266,7 +261,7 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
         try:
             t = scheduled[rec.id] if scheduled is not None else rep.trace(rec.id, prompt, out, steps)
         except (ValueError, IndexError, RuntimeError) as e:  # e.g. ids outside the draft model's vocabulary
-            return unavailable(f"request {rec.id}: the {cfg.method} replay failed: {e}", **base)
+            return unavailable(en("rc.r.failed", id=rec.id, method=cfg.method, error=e), **base)
         unc: int | None = None
         if cfg.method == "suffix" and scheduled is None:
             fu = getattr(t, "first_uncertain", None)
@@ -310,14 +305,11 @@ def _finish(res: ReplayCheck) -> None:
     res.replay_acceptance_rate = res.replay.acceptance_rate
     res.server_acceptance_rate = res.server.acceptance_rate
     if res.no_server_counts == res.requests:
-        res.notes.append("the server gave no per-request counts (vLLM: --per-request-spec-decode-metrics): "
-                         "only the run's totals can be compared")
+        res.notes.append(en("rc.n.no_counts"))
     if res.gaps:
         res.gap = True
-        res.gap_summary = (
-            f"the server's acceptance falls short of what its own outputs allow on {res.gaps} of {res.requests} "
-            f"requests: it accepted {_pct(res.server_acceptance_rate)} of its draft tokens, the replay of the same "
-            f"outputs through the same drafter {_pct(res.replay_acceptance_rate)}")
+        res.gap_summary = en("rc.g.requests", k=res.gaps, n=res.requests, srv=_pct(res.server_acceptance_rate),
+                             rep=_pct(res.replay_acceptance_rate))
 
 
 def check_totals(res: ReplayCheck, counters: Any) -> None:
@@ -333,9 +325,7 @@ def check_totals(res: ReplayCheck, counters: Any) -> None:
     res.replay_acceptance_rate, res.server_acceptance_rate = rep.acceptance_rate, res.server.acceptance_rate
     if int(drafted) != rep.draft_tokens or not 0 <= int(acc) - rep.accepted_tokens <= bound:
         res.gap = True
-        res.gap_summary = (f"the run's counters ({int(acc)} of {int(drafted)} draft tokens accepted) differ from the "
-                           f"replay of its outputs ({rep.accepted_tokens} of {rep.draft_tokens}, + at most {bound} "
-                           "past the outputs' ends)")
+        res.gap_summary = en("rc.g.totals", acc=int(acc), d=int(drafted), racc=rep.accepted_tokens, rd=rep.draft_tokens, b=bound)
 
 
 def check_bench_run(records: Sequence[RequestRecord], stated: SpeculativeConfig | None, server: dict[str, Any],

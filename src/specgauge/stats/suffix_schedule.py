@@ -16,6 +16,7 @@ from typing import Any
 
 from specgauge.drafters._suffix_schedule import ScheduledRequest, ScheduleError, replay_schedule
 from specgauge.drafters.base import ReplayTrace, make_drafter
+from specgauge.i18n import en
 from specgauge.records import RequestRecord
 from specgauge.stats.record_fields import per_step, spec_decoding, token_ids
 
@@ -38,20 +39,19 @@ def scheduled_requests(records: Iterable[RequestRecord], warmups: Iterable[Mappi
     for rid, extra in items:
         ids, sc = token_ids(dict(extra)), schedule_of(extra)
         if sc is None:
-            return None, f"request {rid} carries no engine schedule (only the embedded server reports it)"
+            return None, en("rc.s.no_schedule", id=rid)
         if ids is None:
-            return None, f"request {rid} came without token ids"
+            return None, en("rc.s.no_ids", id=rid)
         steps = per_step(dict(extra))
         out.append(ScheduledRequest(rid, ids[0], ids[1], sc[0], sc[1], steps[-1][1] if steps else None))
     if not out:
-        return None, "no request to schedule"
+        return None, en("rc.s.none")
     adm = sorted(r.admitted for r in out)
     if len(set(adm)) != len(adm):
-        return None, "two requests share an admission number (records of different servers)"
+        return None, en("rc.s.shared")
     if adm != list(range(len(adm))):
         missing = adm[-1] + 1 - len(adm)
-        return None, (f"the server admitted {missing} request(s) these records do not hold (earlier runs, failed or "
-                      "aborted requests): what they taught its cache is unknown")
+        return None, en("rc.s.missing", n=missing)
     return out, ""
 
 
