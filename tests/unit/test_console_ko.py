@@ -17,7 +17,7 @@ from specgauge.workload.samples import sample_logged_path
 
 #: words that are names, not English prose: figures' names, API fields, formats
 ALLOWED = {"MAL", "RAG", "JSON", "OpenAI", "tool_calls", "tool_call", "max_tokens", "top_p", "usage", "id", "hf", "tiny",
-           "target", "temperature", "ngram", "suffix", "tok", "CSV", "p10", "p50", "p90", "p95", "en", "ko",
+           "target", "temperature", "ngram", "suffix", "tok", "CSV", "p10", "p50", "p90", "p95", "en", "ko", "ID",
            # names inside the notes: a command, a file, a field, vLLM's option, the end-of-sequence token
            "specgauge", "calibrate", "cost_profile", "json", "vLLM", "return_token_ids",
            "EOS", "segment", "DIR", "llama", "model"}

@@ -48,7 +48,7 @@ ALLOWED = {"specgauge", "TTFT", "TPOT", "ITL", "E2E", "MAL", "SLO", "RAG", "KV",
            "MiB", "GiB", "ms", "sha256", "temperature", "ngram", "suffix", "draft_model", "vLLM", "vllm", "llama", "cpp",
            "SGLang", "JSON", "json", "p50", "p95", "min", "off", "Cram", "V", "PASS", "FAIL", "INCONCLUSIVE", "GO", "NO",
            "k", "C", "p", "dof", "n", "s", "x", "chi2", "http", "https", "ID", "CUDA", "nvidia-smi", "amd-smi", "rocm-smi",
-           "ttft", "tpot", "e2e", "itl", "forward", "temperature-0", "Holm", "alpha", "n-gram", "ngram-simple", "NGRAM", "TTFT95", "E2E95", "req", "PATH", "bench"}
+           "ttft", "tpot", "e2e", "itl", "forward", "temperature-0", "Holm", "alpha", "n-gram", "ngram-simple", "NGRAM", "TTFT95", "E2E95", "req", "PATH", "bench", "HTTP", "RMSE"}
 
 
 class _Text(HTMLParser):
@@ -248,3 +248,26 @@ def test_console_bench_and_compare_in_korean(real_sweep: Path, tmp_path: Path) -
             runs = {c.baseline.label, c.candidate.label, c.baseline.path, c.candidate.path}
             outputs = {XSS_SEGMENT, XSS_OUTPUT, "(diverged)"}  # a segment name and the outputs' own text
             _no_english(_console(render_comparison, c), DATA | runs | outputs | {"base-c4", "spec-c4", "r3", "vllm:per-request"})
+
+
+def test_console_calibration_and_predict_in_korean(tmp_path: Path) -> None:
+    """A law fitted on scripted calibration runs (its table of parameters and their meaning), then
+    ``predict`` and ``simulate --cost-profile`` with it under ``--lang ko``."""
+    from typer.testing import CliRunner
+
+    from specgauge.cli import app
+    from specgauge.predict.fit import fit_profile
+    from specgauge.report.predict_console import render_profile_fit
+    from tests.unit.test_predict_fit import calibration
+
+    prof = fit_profile(calibration(tmp_path, "flattened"), bootstrap=5)
+    path = prof.save(tmp_path / "cost_profile.json")
+    names = (DATA | set(prof.param_names) | {"flattened", "padded", "synthetic", "ngram-k2", "ngram-k4", "suffix-k2", "suffix-k4"}
+             | {f"{c}-c{n}" for c in ("off", "ngram-k4") for n in (1, 4)})
+    with use_lang("ko"):  # the law's parameter and shape names, the runs' labels are names
+        _no_english(_console(render_profile_fit, prof), names)
+    for args in (["predict", str(path), "--method", "ngram,suffix", "--k", "2,4", "--concurrency", "1,4", "--num-prompts", "10"],
+                 ["simulate", "--limit", "10", "-m", "ngram", "-k", "2", "--cost-profile", str(path)]):
+        r = CliRunner().invoke(app, [*args, "--lang", "ko"])
+        assert r.exit_code == 0, r.output
+        _no_english(r.output, names | {str(path)})

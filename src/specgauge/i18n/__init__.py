@@ -122,8 +122,8 @@ def en(key: str, **params: object) -> str:
 #: placeholders that always hold a formatted number (``1.234×``, ``-4.8``, ``1e-05``, ``n/a``): matched as
 #: numbers, so a reason with several free-text parts splits in one way only
 NUMERIC_PARAMS = frozenset({"est", "lo", "hi", "m", "base", "cand", "d", "limit", "n", "need", "k", "pct", "tol", "more",
-                            "total", "b", "p", "alpha", "stat", "mean", "c", "u", "thr", "upto", "from_c", "c0", "c1", "cx", "pos", "prompt"})
-_NUMBER = r"[-+±]?(?:n/a|\d[\d.,]*(?:e[-+]?\d+)?)×?"
+                            "total", "b", "p", "alpha", "stat", "mean", "c", "u", "thr", "upto", "from_c", "c0", "c1", "cx", "pos", "prompt", "live", "rep", "srv"})
+_NUMBER = r"[-+±]?(?:n/a|\d[\d.,]*(?:e[-+]?\d+)?)(?:×| ?%)?"
 
 
 @cache
@@ -181,4 +181,6 @@ def _by_specificity() -> tuple[str, ...]:
     def literal(key: str) -> int:
         return sum(len(lit) for lit, *_ in Formatter().parse(MESSAGES[key]["en"]))
 
-    return tuple(sorted(PATTERN_KEYS, key=literal, reverse=True))
+    # among equally specific templates the clause list ("{a}; {b}") goes first: a note of several clauses
+    # splits into them before "{name}: {text}" could take the whole
+    return tuple(sorted(PATTERN_KEYS, key=lambda k: (literal(k), k == "notes.list"), reverse=True))

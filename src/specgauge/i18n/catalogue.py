@@ -163,6 +163,14 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("n/a", {"ko": "해당 없음"}),
     ("95 % CI", {"ko": "95 % 신뢰구간"}),  # recommend/choose: what must clear the margin
     ("prediction band", {"ko": "예측 구간"}),
+    ("first chunk carried decode steps too", {"ko": "첫 청크에 디코드 스텝도 실림"}),  # predict/observe: rows left out
+    ("delivered in a burst", {"ko": "한꺼번에 전달됨"}),
+    ("failed or empty", {"ko": "실패했거나 비어 있음"}),
+    ("no prompt token count (usage)", {"ko": "프롬프트 토큰 수 없음 (usage)"}),
+    ("a streamed chunk without tokens (no per-chunk usage)", {"ko": "토큰 없는 스트림 청크 (청크별 usage 없음)"}),
+    ("chunk token counts do not add up to usage", {"ko": "청크 토큰 수의 합이 usage와 맞지 않음"}),
+    ("no drafted-token count (run the server with --per-request-spec-decode-metrics)",
+     {"ko": "드래프트 토큰 수 없음 (서버를 --per-request-spec-decode-metrics로 실행할 것)"}),
 ], key=lambda kv: -len(kv[0]))
 
 REPORT: Entries = {

@@ -24,7 +24,7 @@ STORED: Entries = {
     "eq.src.run_json": {"en": "the workload named in run.json", "ko": "run.json에 적힌 워크로드"},
     "profile.n.approx": {"en": "token counts approximate: {reason}", "ko": "토큰 수 근사치: {reason}"},
     "profile.r.log": {"en": "every token count came from the log (token ids or usage)",
-                      "ko": "모든 토큰 수를 로그에서 얻었습니다 (토큰 id 또는 usage)"},
+                      "ko": "모든 토큰 수를 로그에서 얻었습니다 (토큰 ID 또는 usage)"},
     "profile.r.words": {"en": "{n} request(s) counted by {who}, an approximation (words and punctuation), not a model's "
                               "tokenizer; pass --tokenizer DIR of the serving model",
                         "ko": "요청 {n}개를 {who}(으)로 셌습니다: 모델의 토크나이저가 아닌 근사치 (단어와 문장 부호)입니다. "
@@ -55,8 +55,8 @@ STORED: Entries = {
     "simulate.n.approx": {
         "en": "{n} request(s) had no logged token ids ({whose}): re-tokenised with {tok}; acceptance APPROXIMATE — log "
               "token ids (vLLM return_token_ids) for exact figures",
-        "ko": "요청 {n}개에 기록된 토큰 id가 없습니다 ({whose}): {tok}(으)로 다시 토큰화했습니다. 수락률은 근사치입니다 — "
-              "정확한 수치를 원하면 토큰 id를 기록하세요 (vLLM return_token_ids)"},
+        "ko": "요청 {n}개에 기록된 토큰 ID가 없습니다 ({whose}): {tok}(으)로 다시 토큰화했습니다. 수락률은 근사치입니다 — "
+              "정확한 수치를 원하면 토큰 ID를 기록하세요 (vLLM return_token_ids)"},
     "simulate.n.whose_own": {"en": "{n} name its model", "ko": "{n}개는 이 모델을 명시"},
     "simulate.n.whose_other": {"en": "{n} name another model: its ids are not their model's, so their acceptance says little",
                                "ko": "{n}개는 다른 모델을 명시: 이 id는 그 모델의 것이 아니므로 수락률이 말해 주는 바가 적습니다"},

@@ -57,7 +57,7 @@ WORKLOAD: Entries = {
                          "ko": "교사 강제 (낙관적): 모든 초안 위치에 타깃의 은닉 상태를 넣었을 때의 헤드 정확도로, 학습 도구"
                                "(EAGLE, SpecForge)가 출력하는 수치입니다. 서버는 그렇게 초안을 만들지 않습니다: "
                                "옆의 재생 수락률이 서버가 실제로 수락하는 값입니다."},
-    "simulate.exact": {"en": "acceptance EXACT (logged token ids)", "ko": "수락 정확 (기록된 토큰 id)"},
+    "simulate.exact": {"en": "acceptance EXACT (logged token ids)", "ko": "수락 정확 (기록된 토큰 ID)"},
     "simulate.approx": {"en": "acceptance APPROXIMATE (text re-tokenised by {tok}; see the note)",
                         "ko": "수락 근사치 ({tok}로 텍스트를 다시 토큰화함; 참고 사항 확인)"},
     "simulate.skipped": {"en": "skipped {n} request(s): {why}", "ko": "요청 {n}개를 건너뜀: {why}"},
@@ -66,7 +66,7 @@ WORKLOAD: Entries = {
     "data.unset": {"en": "unset", "ko": "미지정"},
     "data.greedy": {"en": "0 (greedy)", "ko": "0 (그리디)"},
     "data.prompt_log": {"en": "prompt: log", "ko": "프롬프트: 로그"},
-    "data.prompt_ids": {"en": "prompt: request ids", "ko": "프롬프트: 요청의 토큰 id"},
+    "data.prompt_ids": {"en": "prompt: request ids", "ko": "프롬프트: 요청의 토큰 ID"},
     "data.prompt_tok": {"en": "prompt: tokenizer", "ko": "프롬프트: 토크나이저"},
     "data.output_log": {"en": "output: log", "ko": "출력: 로그"},
     "data.output_usage": {"en": "output: usage", "ko": "출력: usage"},

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import specgauge.predict.fit_summary as fit_summary
+from specgauge.i18n import en
 from specgauge.predict.fit_knee import Extension, extend
 from specgauge.predict.fit_traces import best_traces
 from specgauge.predict.law import CORE, SHAPES, drafter_params, is_model_method, method_kind
@@ -171,9 +172,9 @@ def _load_runs(run_dirs: Sequence[Path], cells: Mapping[str, CellSpec] | None, w
         try:
             replay = WorkloadReplay(wl, tokenizer, n)
         except ProfileError as e:
-            notes.append(f"no replay check: {e}")
+            notes.append(en("predict.n.no_replay", error=e))
     else:
-        notes.append("no workload with logged outputs given: replayed acceptance not checked against the live counters")
+        notes.append(en("predict.n.no_workload"))
     return Calibration(runs, replay, notes)
 
 
@@ -197,15 +198,14 @@ def _collect_rows(cal: Calibration, sampled_ids: Set[str] | None) -> None:
 
 def _row_notes(name: str, rows: Rows) -> list[str]:
     if not rows.y:
-        return [f"{name}: no usable request ({', '.join(f'{k}: {v}' for k, v in rows.skipped.items()) or 'empty'})"]
+        return [en("predict.n.no_rows", name=name, why=", ".join(f"{k}: {v}" for k, v in rows.skipped.items()) or en("predict.n.empty"))]
     notes = []
     if rows.skipped:
-        notes.append(f"{name}: left out {sum(rows.skipped.values())} request(s): "
-                     + ", ".join(f"{k} ({v})" for k, v in rows.skipped.items()))
-    notes += [f"{name}: {n}" for n in rows.notes]
+        notes.append(en("predict.n.left_out", name=name, n=sum(rows.skipped.values()),
+                        why=", ".join(f"{k} ({v})" for k, v in rows.skipped.items())))
+    notes += [en("predict.n.of_run", name=name, text=n) for n in rows.notes]
     if rows.drafted_source.get("request mean"):
-        notes.append(f"{name}: {rows.drafted_source['request mean']} request(s) without per-step drafts: "
-                     "their mean drafted tokens per step used (the padded shape's max is then approximate)")
+        notes.append(en("predict.n.mean_drafts", name=name, n=rows.drafted_source["request mean"]))
     return notes
 
 
@@ -218,16 +218,13 @@ def _columns(cal: Calibration) -> None:
     names = cal.names = [*CORE, *(p for m in methods for p in drafter_params(m, ks_of[m])), ELL]
     for m in methods:
         if is_model_method(m) and f"draft_fixed[{method_kind(m)}]" not in names:  # drafter_params' rule
-            notes.append(f"{m} measured at k = {ks_of[m][0]} only: its cost per drafting step that does not grow with k "
-                         "cannot be told from its cost per draft position, so all of it is taken as per position (other "
-                         f"k then predict too cheap below {ks_of[m][0]} and too dear above it); calibrate it at two k "
-                         f"(--k {m}={ks_of[m][0]},{m}={2 * ks_of[m][0]})")
+            notes.append(en("predict.n.one_k", m=m, k=ks_of[m][0], k2=2 * ks_of[m][0]))
     n_ttft = sum(k == "ttft" for r in cal.rows for k in r.kind)
     if n_ttft == 0:
-        notes.append("no request found the server idle (calibrate at concurrency 1 too): HTTP round trip not measured")
+        notes.append(en("predict.n.no_idle"))
     concs = cal.concs = sorted({rd.cell.concurrency for rd in runs})
     if all(c == concs[0] for c in concs):
-        notes.append(f"every run used concurrency {concs[0]}: the batch-size terms rest on ramp-up and tail only")
+        notes.append(en("predict.n.one_conc", c=concs[0]))
 
 
 def _fit_shapes(cal: Calibration, shape: str, trim: float, gpu_terms: bool) -> tuple[dict[str, ShapeFit], np.ndarray]:
@@ -265,22 +262,19 @@ def _choose_shape(cal: Calibration, fits: dict[str, ShapeFit], both: np.ndarray,
         chosen = by_ext
         if compared:
             res_txt = ", ".join(f"{s} {fits[s].ssr_ext:.3g}" for s in fits)
-            notes.append(f"verification shape {chosen} chosen with the knee / host-overlap terms fitted for each shape "
-                         f"(residual {res_txt} s²)")
+            notes.append(en("predict.n.shape_ext", shape=chosen, res=res_txt))
     elif compared:
         a, b = fits["flattened"].ssr, fits["padded"].ssr
         if abs(a - b) <= 1e-9 * max(a, b, 1e-30):
             chosen = "flattened"
-            notes.append("no run told the verification shapes apart (no step with unequal proposals): flattened assumed")
+            notes.append(en("predict.n.shape_same"))
         else:
             confidence = _shape_confidence(fits, chosen, both, cal.rows, max(bootstrap, 50), seed)
             if confidence < 0.9 and chosen != "flattened":
-                notes.append(f"the fit prefers the padded shape in only {confidence:.0%} of resamples: not told apart from "
-                             "noise, so flattened (vLLM's) is kept")
+                notes.append(en("predict.n.padded_weak", conf=f"{confidence:.0%}"))
                 chosen = "flattened"
             elif confidence < 0.9:
-                notes.append(f"flattened verification fits better in {confidence:.0%} of resamples only: the shapes are "
-                             "not clearly told apart")
+                notes.append(en("predict.n.flat_weak", conf=f"{confidence:.0%}"))
     return chosen, confidence
 
 
@@ -346,8 +340,7 @@ def _profile(cal: Calibration, fits: dict[str, ShapeFit], final: FinalFit, boot:
     cal.notes += fit_summary.acceptance_notes(cal.runs, cal.checks)
     refused = fit_summary.refused_requests(cal.runs)
     if refused:
-        cal.notes.append(f"{len(refused['ids'])} request(s) failed in every calibration run ({refused['why']}): predictions "
-                         "leave them out, as compare does")
+        cal.notes.append(en("predict.n.refused_cal", n=len(refused["ids"]), why=refused["why"]))
     measured = fit_summary.measured_range(cal.rows, final.shape, cal.concs, cal.ks_of)
     prov = fit_summary.provenance(cal.runs, cal.checks, refused)
     return StepCostProfile(params=final.params, shape=final.shape, alternatives=alternatives, param_names=final.names,

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.i18n import en
 from specgauge.predict.law import KNEE, KNEE_PARAM, hidden_host_params, is_model_method, method_kind
 from specgauge.predict.lsq import ELL
 from specgauge.predict.lsq import solve as lsq_solve
@@ -277,11 +278,9 @@ def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
     hidx = _host_index(final, hidden)
     notes = []
     if knee is not None:
-        notes.append(f"the forward's cost has a knee at {knee:.0f} tokens: {cur[KNEE_PARAM] * 1e6:.3g} µs more per token "
-                     f"past it (residual {ssr0:.3g} -> {cur_ssr:.3g} s² on {n} rows)")
+        notes.append(en("predict.n.knee", knee=f"{knee:.0f}", us=f"{cur[KNEE_PARAM] * 1e6:.3g}", r0=f"{ssr0:.3g}", r1=f"{cur_ssr:.3g}", n=n))
     for m in hidden:
-        notes.append(f"{m}'s proposer overlaps the device step: {cur[f'host_par[{m}]'] * 1e6:.3g} µs per request "
-                     f"(+ {cur[f'host_par0[{m}]'] * 1e6:.3g} µs per step) count only where they exceed the step's other work")
+        notes.append(en("predict.n.host_par", m=m, us=f"{cur[f'host_par[{m}]'] * 1e6:.3g}", us0=f"{cur[f'host_par0[{m}]'] * 1e6:.3g}"))
     point = coef_f
 
     def refit(idx: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from specgauge import __version__
+from specgauge.i18n import en
 from specgauge.predict.law import StepTable
 from specgauge.predict.observe import Rows, RunData
 from specgauge.predict.profile import MeasuredRange
@@ -40,13 +41,12 @@ def acceptance_notes(runs: Sequence[RunData], checks: Mapping[str, Mapping[str, 
         gap = chk.get("gap")
         if gap is None or abs(gap) <= 0.02:
             continue
-        why = (f"; {chk['sampled_requests']} of its {chk['requests']} requests were sampled (T > 0): their live outputs "
-               "differ from the log, so acceptance agrees only on average over many requests") if chk.get("sampled_requests") else ""
+        parts = [en("predict.n.acc_differs", name=rd.name, live=f"{chk['live_acceptance']:.1%}", rep=f"{chk['replayed_acceptance']:.1%}")]
+        if chk.get("sampled_requests"):
+            parts.append(en("predict.n.acc_sampled", k=chk["sampled_requests"], n=chk["requests"]))
         if chk.get("greedy_differ"):
-            why += (f"; {chk['greedy_differ']} greedy request(s) drafted or came out differently than replayed: the server "
-                    "does not do what its config and the log say (another drafter setting, or changed outputs)")
-        notes.append(f"{rd.name}: the server's acceptance ({chk['live_acceptance']:.1%}) differs from the replay "
-                     f"({chk['replayed_acceptance']:.1%}){why}")
+            parts.append(en("predict.n.acc_greedy", k=chk["greedy_differ"]))
+        notes.append("; ".join(parts))  # the clauses of one note (catalogue "notes.list")
     return notes
 
 

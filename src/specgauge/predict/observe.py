@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from specgauge.drafters.base import ReplayTrace, final_bound
+from specgauge.i18n import en
 from specgauge.paths import portable_specs, resolve_specs
 from specgauge.predict.law import StepTable
 from specgauge.predict.replay import resolve_spec
@@ -324,8 +325,7 @@ def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None, 
     floor = _burst_floor(obs)
     merged = sum(o.merged for o in obs)
     if merged:
-        rows.notes.append(f"{merged} request(s) had chunks carrying several engine steps (the server merges a stream's "
-                          "outputs when it is read slower than it steps): their step ends were spread evenly")
+        rows.notes.append(en("predict.n.merged", n=merged))
     for i, oi in enumerate(obs):
         tau = oi.grid
         S = oi.steps

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.i18n import en
 from specgauge.predict.law import (
     KNEE,
     KNEE_PARAM,
@@ -126,8 +127,7 @@ def predict_cells(
     refused = profile.provenance.get("refused_requests") or {}
     if replay.drop(frozenset(refused.get("ids") or ())):
         # compare pairs only requests that succeeded on both sides; these never do
-        replay.notes.append(f"{len(refused['ids'])} request(s) the server refused in every calibration run "
-                            f"({refused.get('why', 'failed')}) left out, as compare leaves out failed requests")
+        replay.notes.append(en("predict.n.refused", n=len(refused["ids"]), why=refused.get("why", "failed")))
     mb = max_batch
     base_reqs = replay.planned(None)
     baselines: dict[int, _Side] = {}
@@ -155,7 +155,7 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
     method, k = side.method, side.k
     for pname in drafter_params(method)[:1]:  # its main term (a profile from before host_step lacks only that)
         if pname not in prof.params:
-            notes.append(f"the drafter cost of {method} was not calibrated ({pname} taken as 0): calibrate with a {method} run")
+            notes.append(en("predict.n.uncal_drafter", method=method, pname=pname))
             break
     tok = side.tokens
     speedup = float((tok.sum() / side.e2e.sum()) / (base.tokens.sum() / base.e2e.sum()))
@@ -169,17 +169,14 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
     beyond, pess, what = _beyond(prof, side)
     extrapolated = beyond > BEYOND_SHARE
     if beyond > 0:
-        notes.append(f"{'extrapolated' if extrapolated else 'slightly outside the measured range'}: {100 * beyond:.0f} % of "
-                     f"the predicted time lies in steps past the calibration's range ({what})"
-                     + ("; the band's low end lets those steps grow in proportion to their tokens (a roofline's worst case)"
-                        if extrapolated else ""))
+        notes.append(en("predict.n.extrapolated" if extrapolated else "predict.n.slightly", pct=f"{100 * beyond:.0f}", what=what))
     if extrapolated and pess is not None:
         _, _, e_p = timeline(side.sched, pess, float(prof.params.get("ell", 0.0)))
         sp = float((tok.sum() / e_p.sum()) / (base.tokens.sum() / base.e2e.sum()))
         low = min(low if low is not None else speedup, sp)
         high = high if high is not None else speedup
     if extrapolated:
-        notes.append("the band includes the other verification shape's prediction")
+        notes.append(en("predict.n.band_other"))
         for other, alt in prof.alternatives.items():
             if other in SHAPES and alt.get("params"):
                 o_side = _Side(prof, reqs, cell.speculative_config, cell.concurrency, side.max_batch, shape=other,
@@ -219,9 +216,9 @@ def _beyond(prof: StepCostProfile, side: _Side) -> tuple[float, np.ndarray | Non
     if not len(tab) or dur.sum() <= 0:
         return 0.0, None, ""
     if m.max_forward_tokens > 0:
-        n, n_max, unit = tab.n_forward(side.shape) + tab.prefill_tokens, m.max_forward_tokens, "tokens per forward"
+        n, n_max, unit = tab.n_forward(side.shape) + tab.prefill_tokens, m.max_forward_tokens, "predict.w.tokens"
     else:
-        n, n_max, unit = tab.n_forward(side.shape).astype(float), m.max_tokens_per_forward, "decode tokens per forward"
+        n, n_max, unit = tab.n_forward(side.shape).astype(float), m.max_tokens_per_forward, "predict.w.decode_tokens"
     n = np.where(tab.batch > 0, n, 0).astype(float)  # idle prefill-only steps: the TTFT rows measured them
     past_n = (n > n_max + 1e-9) if n_max > 0 else np.zeros(len(tab), dtype=bool)
     past_b = (tab.batch > m.max_batch + 1e-9) if m.max_batch > 0 else np.zeros(len(tab), dtype=bool)
@@ -229,8 +226,8 @@ def _beyond(prof: StepCostProfile, side: _Side) -> tuple[float, np.ndarray | Non
     share = float(dur[out].sum() / dur.sum())
     parts = []
     if past_n.any():
-        parts.append(f"up to {n.max():.0f} {unit} against {n_max:.0f} measured, {n.max() / n_max:.1f}×")
+        parts.append(en(unit, n=f"{n.max():.0f}", m=f"{n_max:.0f}", x=f"{n.max() / n_max:.1f}×"))
     if past_b.any():
-        parts.append(f"batch up to {int(tab.batch.max())} against {m.max_batch:.0f}")
+        parts.append(en("predict.w.batch", b=int(tab.batch.max()), mb=f"{m.max_batch:.0f}"))
     pess = dur * np.where(past_n, n / max(n_max, 1.0), 1.0) if past_n.any() else None
     return share, pess, "; ".join(parts)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from specgauge.config import SpeculativeConfig
+from specgauge.i18n import en
 from specgauge.drafters.base import (
     ReplayTrace,
     accepted_options,
@@ -110,10 +111,10 @@ class WorkloadReplay:
                                "prediction needs the target's logged outputs (token ids)")
         self.notes: list[str] = []
         if skipped:
-            self.notes.append(f"{skipped} request(s) without a logged output were left out of the prediction")
+            self.notes.append(en("predict.n.no_output", n=skipped))
         approx = sum(not r.exact for r in reqs)
         if approx:
-            self.notes.append(f"{approx} request(s) had no logged token ids: re-tokenised text, acceptance approximate")
+            self.notes.append(en("predict.n.approx", n=approx))
         base = [LoggedRequest(r.id, r.id, r.prompt_ids, r.output_ids, r.exact, r.greedy) for r in reqs]
         self.requests = plan_cycle(base, num_prompts, lambda b, rid: replace(b, id=rid), lambda b: b.id)
         self._cache: dict[str, list[PlannedRequest]] = {}
