@@ -271,3 +271,27 @@ def test_console_calibration_and_predict_in_korean(tmp_path: Path) -> None:
         r = CliRunner().invoke(app, [*args, "--lang", "ko"])
         assert r.exit_code == 0, r.output
         _no_english(r.output, names | {str(path)})
+
+
+def test_other_tools_results_in_korean(tmp_path: Path) -> None:
+    """vllm bench serve (with and without spec-decode keys), AIPerf and GuideLLM results in the report
+    and in compare: what they lack is said in Korean too."""
+    from specgauge.report.decide_console import render_comparison
+    from specgauge.report.runs import CompareRequest, compare_paths
+    from tests.unit.test_foreign_runs import AIPERF, GUIDELLM, VLLM_BASE, VLLM_SPEC, _own_run
+
+    own = _own_run(tmp_path / "own")
+    gl = f"{GUIDELLM}#2"
+    inputs = [own, VLLM_BASE, VLLM_SPEC, AIPERF, Path(gl)]
+    out = tmp_path / "ko.html"
+    write_report(ReportConfig(inputs=inputs, out=out, lang="ko"))
+    html = out.read_text()
+    names = DATA | {"own", "AIPerf", "GuideLLM", "ITL", "vllm_bench_baseline.json", "vllm_bench_ngram_k3.json",
+                    "aiperf_profile_export.jsonl", "guidellm_benchmarks.json#2", "concurrent@4", "conversation_id:turn_index",
+                    "spec_decode_*", "save-result", "tiny", "facebook/opt-125m", "default", "usage", "vllm bench serve"}
+    assert english_words(page_text(html) + "\n" + "\n".join(figure_text(html)), names) == []
+    with use_lang("ko"):
+        for b, c in ((VLLM_BASE, VLLM_SPEC), (own, AIPERF), (own, Path(gl))):
+            r = compare_paths(CompareRequest(baseline=b, candidate=c))
+            runs = {r.baseline.label, r.candidate.label, r.baseline.path, r.candidate.path}
+            _no_english(_console(render_comparison, r), names | runs)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specgauge.errors import UserError
+from specgauge.i18n import en
 from specgauge.records import Chunk, RequestRecord, TokenCountSource
 
 #: why ``calibrate --from-runs`` cannot fit a foreign result
@@ -124,8 +125,8 @@ def vllm_bench(data: dict[str, Any], path: Path) -> tuple[list[RequestRecord], d
         recs.append(_record(f"vllm-bench:{tag}:{i}", i, sent, 0.0, not err, err, lists["ttfts"][i], lat[i],
                             lists["itls"][i], lists["input_lens"][i], lists["output_lens"][i],
                             lists["generated_texts"][i] or ""))
-    notes.append(f"{path.name}: vllm bench serve result: its requests carry no id another run shares: compared unpaired")
-    notes.append(f"{path.name}: output token counts are vllm bench's (usage, else its tokenizer), spread over chunks: ITL approximate")
+    notes.append(en("foreign.n.vllm_unpaired", file=path.name))
+    notes.append(en("foreign.n.vllm_itl", file=path.name))
     summary: dict[str, Any] = {"duration": data.get("duration"), "max_concurrent_requests": data.get("max_concurrent_requests")}
     if data.get("spec_decode_num_drafts") is not None:
         drafts = int(data["spec_decode_num_drafts"])
@@ -134,10 +135,9 @@ def vllm_bench(data: dict[str, Any], path: Path) -> tuple[list[RequestRecord], d
         summary["specgauge"] = {"acceptance": {"counters": {
             "available": True, "drafts": drafts, "draft_tokens": data.get("spec_decode_draft_tokens"),
             "accepted_tokens": data.get("spec_decode_accepted_tokens"), "accepted_per_pos": per_pos or None,
-            "source": "vllm bench serve --save-result spec_decode_* (its /metrics diff over the run)"}}}
+            "source": en("foreign.n.vllm_counts")}}}
     else:
-        summary["specgauge"] = {"acceptance": {"counters": {"available": False, "reason": (
-            "the vllm bench serve result has no spec_decode_* keys (baseline run, or a vLLM before they were saved)")}}}
+        summary["specgauge"] = {"acceptance": {"counters": {"available": False, "reason": en("foreign.n.vllm_no_counts")}}}
     run = {"config": {"max_concurrency": data.get("max_concurrency"), "model": data.get("model_id"),
                       "request_rate": data.get("request_rate"), "num_prompts": data.get("num_prompts")},
            "dialect": "vllm", "tool": "vllm bench serve"}
@@ -183,9 +183,8 @@ def aiperf(lines: list[tuple[int, Any]], path: Path) -> tuple[list[RequestRecord
         recs.append(_record(rid, i, sent, (t0 or 0) / 1e9, err is None, msg, ttft, e2e,
                             gaps if isinstance(gaps, list) else None, prompt, int(out) if out is not None else None,
                             http=http))
-    notes = [f"{path.name}: AIPerf records: paired with another run by conversation_id:turn_index (same input dataset only)",
-             f"{path.name}: AIPerf logs no speculative counts: acceptance unknown for this run",
-             f"{path.name}: output tokens spread over AIPerf's chunks: ITL approximate"]
+    notes = [en("foreign.n.aiperf_paired", file=path.name), en("foreign.n.no_counts", file=path.name, tool="AIPerf"),
+             en("foreign.n.aiperf_itl", file=path.name)]
     return recs, {}, {"config": {}, "tool": "aiperf"}, notes
 
 
@@ -223,9 +222,8 @@ def guidellm(data: dict[str, Any], path: Path, pick: int | None) -> tuple[list[R
     for rec in recs:  # GuideLLM keeps first/last token times, not each chunk's
         if rec.ok and rec.ttft_s is not None and rec.e2e_s is not None and rec.output_tokens and rec.output_tokens > 1:
             rec.chunks = [Chunk(rec.ttft_s, 1), Chunk(rec.e2e_s, rec.output_tokens - 1)]
-    notes = [f"{path.name}: GuideLLM benchmark {_gl_name(b)}: request ids are per run: compared unpaired",
-             f"{path.name}: GuideLLM keeps first and last token times only: ITL is the mean gap, not per token",
-             f"{path.name}: GuideLLM logs no speculative counts: acceptance unknown for this run"]
+    notes = [en("foreign.n.guidellm_unpaired", file=path.name, bench=_gl_name(b)), en("foreign.n.guidellm_itl", file=path.name),
+             en("foreign.n.no_counts", file=path.name, tool="GuideLLM")]
     conc = ((b.get("config") or {}).get("strategy") or {}).get("streams")
     return recs, {}, {"config": {"max_concurrency": conc if isinstance(conc, int) else None}, "tool": "guidellm"}, notes
 

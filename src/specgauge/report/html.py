@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.errors import UserError
-from specgauge.i18n import check_lang, t, translate, use_lang
+from specgauge.i18n import check_lang, en, t, translate, use_lang
 from specgauge.recommend.models import Recommendation
 from specgauge.report.canary_html import (
     CanarySection,
@@ -190,7 +190,7 @@ def build_report(cfg: ReportConfig) -> tuple[ReportData, list[LoadedRun]]:
         data.notes += r.notes
         if r.kind == "profile":
             if data.profile is not None:
-                data.notes.append(f"{r.path}: a second workload profile; the report shows the first")
+                data.notes.append(en("report.n.second_profile", path=r.path))
             else:
                 data.profile = r.profile
         elif r.kind == "simulate":

@@ -108,8 +108,8 @@ class LoadedRun(BaseModel):
             return SpecCounts.from_numbers(block.get("drafts"), block.get("draft_tokens"), block.get("accepted_tokens"),
                                            block.get("accepted_per_pos"), block.get("source") or ""), ""
         if block:
-            return None, str(block.get("reason") or "no counters")
-        return None, "no run.json sessions or summary.json counters beside the records"
+            return None, str(block.get("reason") or en("acc.r.no_counters"))
+        return None, en("acc.r.no_sessions")
 
     def acceptance(self) -> AcceptanceStats:
         """Per-request counts when the records have them, else the /metrics diff (``origin`` says which)."""
@@ -156,14 +156,14 @@ def _workload_requests(run: LoadedRun) -> None:
         return
     missing = [p for p in paths if not p.exists()]
     if missing:
-        run.notes.append(f"{run.label}: workload {missing[0]} not found: prompts and temperatures unknown")
+        run.notes.append(en("report.n.workload_missing", label=run.label, path=missing[0]))
         return
     from specgauge.workload.loaders import LoadOptions, load_workload
 
     try:
         items = load_workload(paths, LoadOptions(segment_by=cfg.get("segment_by"), skip_invalid=True))
     except UserError as e:
-        run.notes.append(f"{run.label}: workload not readable ({e}): prompts and temperatures unknown")
+        run.notes.append(en("report.n.workload_bad", label=run.label, error=e))
         return
     by_id = {it.request.id: it.request for it in items}
     for r in run.records:
@@ -290,9 +290,8 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
             # (then its sampled outputs may be too; `specgauge audit` tests them), or bench was told
             # another --speculative-config than the server runs
             ov.verdict = Verdict.INCONCLUSIVE
-            ov.reasons.insert(0, "the server accepts fewer draft tokens than its own outputs allow (replay check): its "
-                              "draft verification is wrong, or bench was given another --speculative-config than it runs")
-        ov.reasons.append(f"cause: {res.diagnosis.cause}")
+            ov.reasons.insert(0, en("report.r.accepts_fewer"))
+        ov.reasons.append(en("diagnosis.cause", text=res.diagnosis.cause))
     else:
-        res.notes.append(f"diagnosis: {res.diagnosis.cause}")
+        res.notes.append(en("diagnosis.note", text=res.diagnosis.cause))
     return res

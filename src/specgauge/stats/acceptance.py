@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from specgauge.distributions import DEFAULT_PERCENTILES, describe, finite_or_none
+from specgauge.i18n import en
 from specgauge.records import RequestRecord, SpecCounts
 
 
-def counts_json(s: SpecCounts | None, reason: str = "the server exposed no speculative counts") -> dict[str, Any]:
+def counts_json(s: SpecCounts | None, reason: str = "") -> dict[str, Any]:
     if s is None:
-        return {"available": False, "reason": reason}
+        return {"available": False, "reason": reason or en("acc.r.not_exposed")}
     return {
         "available": True,
         "source": s.source,
@@ -36,7 +37,7 @@ def acceptance_summary(records: Sequence[RequestRecord], percentiles: Sequence[f
     ok = [r for r in records if r.ok]
     specs = [r.spec for r in ok if r.spec is not None]
     if not specs:
-        why = "no successful request" if not ok else "the server returned no per-request speculative counts"
+        why = en("stats.r.no_success") if not ok else en("acc.r.no_per_request")
         return {"per_request_total": counts_json(None, why)}
     total = SpecCounts.total(specs)
     rates = [s.acceptance_rate for s in specs if s.draft_tokens]
@@ -45,15 +46,15 @@ def acceptance_summary(records: Sequence[RequestRecord], percentiles: Sequence[f
         "per_request_total": counts_json(total),
         "requests_with_counts": len(specs),
         "requests_without_counts": len(ok) - len(specs),
-        "acceptance_rate_per_request": describe(rates, percentiles, "no request drafted a token").to_json(),
-        "mean_acceptance_length_per_request": describe(mals, percentiles, "no request reported drafts").to_json(),
+        "acceptance_rate_per_request": describe(rates, percentiles, en("acc.r.no_drafted")).to_json(),
+        "mean_acceptance_length_per_request": describe(mals, percentiles, en("acc.r.no_drafts")).to_json(),
     }
 
 
 def agreement(per_request: SpecCounts | None, counters: SpecCounts | None) -> dict[str, Any]:
     """Field-by-field equality of per-request sums and the /metrics diff (fields both expose)."""
     if per_request is None or counters is None:
-        return {"compared": False, "reason": "need both per-request counts and counters"}
+        return {"compared": False, "reason": en("acc.r.need_both")}
     fields: dict[str, Any] = {}
     for f in ("drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos"):
         a, b = getattr(per_request, f), getattr(counters, f)

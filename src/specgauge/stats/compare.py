@@ -102,14 +102,13 @@ class AcceptanceStats(BaseModel):
         if counters is not None and counters.draft_tokens:
             return cls.from_counts(counters, 0, origin="counters")
         if not ok:
-            return cls(available=False, reason="no successful request")
-        why = "no per-request speculative counts"
+            return cls(available=False, reason=en("stats.r.no_success"))
         if counters is not None:
-            why += " and the /metrics counters show no draft token (speculation off?)"
+            why = en("acc.r.none_zero")
         elif counters_reason:
-            why += f"; no /metrics counters either: {counters_reason}"
+            why = en("acc.r.none_because", why=counters_reason)
         else:
-            why += " (speculation off, or not exposed)"
+            why = en("acc.r.none")
         return cls(available=False, reason=why)
 
     @classmethod
@@ -192,7 +191,7 @@ def bootstrap(
 
 def _ci(point: float, lo: float, hi: float, n: int) -> CI:
     if not math.isfinite(point):
-        return CI(n=n, reason="undefined on this data (a zero denominator)")
+        return CI(n=n, reason=en("stats.r.zero_denominator"))
     return CI(estimate=point, low=lo if math.isfinite(lo) else None, high=hi if math.isfinite(hi) else None, n=n)
 
 
@@ -275,7 +274,7 @@ def _speedup(pairs: Pairs | None, baseline: Sequence[RequestRecord], candidate: 
         tc, ec = _throughput_arrays(candidate)
         sizes = [len(tb), len(tc)]
     if min(sizes, default=0) == 0:
-        return CI(reason="no successful request with output tokens and an end time on both sides")
+        return CI(reason=en("stats.r.no_pair_tokens"))
     return _ci(*bootstrap(_ratio_of_sums(tc, ec, tb, eb), sizes, cfg), n=min(sizes))
 
 
@@ -313,7 +312,7 @@ def _failure_diff(common: list[str], bmap: dict[str, RequestRecord], cmap: dict[
         fc = np.asarray([0.0 if r.ok else 1.0 for r in candidate])
         fsizes = [len(fb), len(fc)]
     if min(fsizes, default=0) == 0:
-        return CI(reason="a run has no requests")
+        return CI(reason=en("stats.r.empty_run"))
     return _ci(*bootstrap(_mean_delta(fb, fc), fsizes, cfg), n=min(fsizes))
 
 
@@ -337,9 +336,9 @@ def compare_group(
     paired = bool(pairs)
     notes: list[str] = []
     if not common and baseline and candidate:
-        notes.append("the runs share no request id: samples resampled independently (unpaired)")
+        notes.append(en("stats.n.no_shared_ids"))
     elif common and not pairs:
-        notes.append("no request id succeeded in both runs: samples resampled independently (unpaired)")
+        notes.append(en("stats.n.no_both_ok"))
 
     speedup = _speedup(pairs if paired else None, baseline, candidate, cfg)
     deltas = _latency_deltas(pairs if paired else None, baseline, candidate, cfg)
@@ -400,7 +399,7 @@ def compare_records(
     if overall.acceptance.origin == "counters":
         for g in per.values():
             if not g.acceptance.available:
-                g.acceptance.reason = "the server gave run-level /metrics counters only: no per-segment acceptance"
+                g.acceptance.reason = en("stats.r.run_level_only")
     return overall, per
 
 

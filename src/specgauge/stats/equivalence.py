@@ -139,7 +139,7 @@ def mismatch_of(b: RequestRecord, c: RequestRecord) -> Mismatch | None:
 
 def greedy_equivalence(pairs: Sequence[tuple[RequestRecord, RequestRecord]]) -> GreedyEquivalence:
     if not pairs:
-        return GreedyEquivalence(pairs=0, compared_by="text", matches=0, reason="no temperature-0 pair")
+        return GreedyEquivalence(pairs=0, compared_by="text", matches=0, reason=en("stats.r.no_greedy_pair"))
     with_ids = sum(token_ids(b) is not None and token_ids(c) is not None for b, c in pairs)
     by = "token ids" if with_ids == len(pairs) else ("text" if with_ids == 0 else "token ids and text")
     mism = [m for b, c in pairs if (m := mismatch_of(b, c)) is not None]
@@ -158,11 +158,11 @@ def ks_2samp(x: Sequence[float], y: Sequence[float]) -> TestResult:
     n_e = n·m/(n+m), p = 2 Σ_{j≥1} (−1)^{j−1} exp(−2 j² λ²)."""
     a, b = np.sort(np.asarray(x, float)), np.sort(np.asarray(y, float))
     if a.size == 0 or b.size == 0:
-        return TestResult(n=int(min(a.size, b.size)), reason="a sample is empty")
+        return TestResult(n=int(min(a.size, b.size)), reason=en("stats.r.sample_empty"))
     grid = np.concatenate([a, b])
     d = float(np.max(np.abs(np.searchsorted(a, grid, "right") / a.size - np.searchsorted(b, grid, "right") / b.size)))
-    en = math.sqrt(a.size * b.size / (a.size + b.size))
-    lam = (en + 0.12 + 0.11 / en) * d
+    n_e = math.sqrt(a.size * b.size / (a.size + b.size))
+    lam = (n_e + 0.12 + 0.11 / n_e) * d
     return TestResult(statistic=d, p_value=_kolmogorov_q(lam), n=int(min(a.size, b.size)),
                       detail={"n_baseline": int(a.size), "n_candidate": int(b.size)})
 
@@ -194,13 +194,13 @@ def unigram_tvd(pairs: Sequence[tuple[Sequence[Any], Sequence[Any]]], resamples:
     pooled). H0 (same output distribution) lets each pair's two outputs swap: p-value from random
     swaps (sign flips of the per-pair count differences)."""
     if not pairs:
-        return TestResult(reason="no temperature > 0 pair")
+        return TestResult(reason=en("stats.r.no_sampled_pair"))
     total: Counter[Any] = Counter()
     for b, c in pairs:
         total.update(b)
         total.update(c)
     if not total:
-        return TestResult(n=len(pairs), reason="all outputs are empty")
+        return TestResult(n=len(pairs), reason=en("stats.r.all_empty"))
     cats = {t: i for i, (t, _) in enumerate(total.most_common(TOP_CATEGORIES))}
     width = len(cats) + 1
     B = np.zeros((len(pairs), width))
@@ -212,7 +212,7 @@ def unigram_tvd(pairs: Sequence[tuple[Sequence[Any], Sequence[Any]]], resamples:
             C[row, cats.get(tok, width - 1)] += n
     nb, nc = B.sum(), C.sum()
     if nb == 0 or nc == 0:
-        return TestResult(n=len(pairs), reason="one run's outputs are all empty")
+        return TestResult(n=len(pairs), reason=en("stats.r.one_empty"))
     Bs, D = B.sum(0), (C - B) / 2.0  # a swap of pair i moves D_i·2 between the sides
     M = (B + C) / 2.0
 
@@ -247,7 +247,7 @@ def scorer_test(pairs: Sequence[tuple[RequestRecord, RequestRecord]], scorer: Sc
                 resamples: int = 2000, seed: int = 0) -> TestResult:
     """Mean of scorer(baseline, candidate) and a two-sided sign-flip p-value for mean = 0."""
     if not pairs:
-        return TestResult(reason="no pair to score")
+        return TestResult(reason=en("stats.r.no_score_pair"))
     vals = []
     for b, c in pairs:
         try:
@@ -295,7 +295,7 @@ def check_equivalence(
     s = SampledEquivalence(
         pairs=len(sampled),
         length_ks=ks_2samp([_length(b) for b, _ in sampled], [_length(c) for _, c in sampled]) if sampled
-        else TestResult(reason="no temperature > 0 pair"),
+        else TestResult(reason=en("stats.r.no_sampled_pair")),
         unigram_tvd=unigram_tvd(units, resamples, seed),
         unigram_unit="token id" if with_ids and sampled else "character",
     )

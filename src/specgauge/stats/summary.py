@@ -15,6 +15,7 @@ from typing import Any
 
 from specgauge import __version__
 from specgauge.distributions import finite_or_none, pct_label
+from specgauge.i18n import en
 from specgauge.records import (
     BenchSummary,
     MetricStats,
@@ -47,12 +48,12 @@ def _kv_summary(sessions: Sequence[SessionRecord]) -> dict[str, Any] | None:
 def counter_total(sessions: Sequence[SessionRecord]) -> tuple[SpecCounts | None, str]:
     """The counter diffs summed over sessions; None (with why) unless every session has one."""
     if not sessions:
-        return None, "no session ran"
+        return None, en("acc.r.no_session")
     if not all(s.counters_read for s in sessions):
-        return None, "a session was interrupted before its after-run /metrics snapshot: counters do not cover the run"
+        return None, en("acc.r.interrupted")
     counts = [s.counter_spec for s in sessions]
     if any(c is None for c in counts):
-        return None, "no speculative counters in /metrics (speculation off, or not exposed)"
+        return None, en("acc.r.no_counters")
     return SpecCounts.total([c for c in counts if c is not None]), ""
 
 
