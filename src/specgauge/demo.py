@@ -27,6 +27,7 @@ from rich.console import Console
 
 from specgauge.config import MIN_SPEEDUP
 from specgauge.errors import UserError
+from specgauge.i18n import en, t, translate
 
 #: prediction and measurement "agree" when they are this close (the issue's demo criterion)
 AGREEMENT = 0.10
@@ -106,7 +107,6 @@ def choose(preds: list[Any], margin: float) -> tuple[Any, bool]:
 
 def agreement(predicted: float | None, measured: float | None, low: float | None, high: float | None) -> tuple[bool, str]:
     """Plain words on predicted vs measured: within ``AGREEMENT``, or inside the measured CI, or not."""
-    from specgauge.i18n import t
 
     if predicted is None or measured is None:
         return False, t("demo.agree.none")
@@ -125,15 +125,14 @@ def disagreement_reasons(pred: Any, cmp: Any, summary: dict[str, Any]) -> list[s
     acc_live = ((summary.get("specgauge") or {}).get("acceptance") or {}).get("counters", {}).get("acceptance_rate")
     if pred.acceptance_rate is not None and isinstance(acc_live, (int, float)):
         gap = acc_live - pred.acceptance_rate
-        out.append(f"acceptance: replayed {pred.acceptance_rate:.1%}, the server counted {acc_live:.1%} "
-                   f"({'matches' if abs(gap) < 0.01 else f'gap {gap:+.1%}: the time law was fitted on what the server really accepted'})")
+        same = t("demo.c.matches") if abs(gap) < 0.01 else t("demo.c.gap", gap=f"{gap:+.1%}")
+        out.append(t("demo.c.acceptance", rep=f"{pred.acceptance_rate:.1%}", live=f"{acc_live:.1%}", same=same))
     if pred.extrapolated:
-        out.append("the candidate puts more tokens through one forward than any calibration run measured (extrapolated)")
+        out.append(t("demo.c.extrapolated"))
     s = cmp.overall.speedup
     if s.low is not None and s.high is not None:
-        out.append(f"measurement noise: the live speedup's 95% CI is {s.low:.2f}–{s.high:.2f}x on a shared CPU; "
-                   "other processes on the machine move step times between the calibration and the A/B")
-    out.extend(pred.notes[:3])
+        out.append(t("demo.c.noise", lo=f"{s.low:.2f}", hi=f"{s.high:.2f}"))
+    out.extend(translate(n) for n in pred.notes[:3])
     return out
 
 
@@ -171,7 +170,6 @@ class _Run:
 
 
 def _run_demo(cfg: DemoConfig, console: Console, err: Console | None = None) -> DemoResult:
-    from specgauge.i18n import t
 
     run = _Run(cfg, console, err)
     _profile_and_replay(run)
@@ -193,7 +191,6 @@ def _profile_and_replay(run: _Run) -> None:
 
     from specgauge.api import profile, resolve_tokenizer
     from specgauge.drafters._suffix_native import resolve_backend
-    from specgauge.i18n import t
     from specgauge.report.console import render_profile, render_simulation
     from specgauge.simulate.run import SimulateConfig, simulate
     from specgauge.workload.loaders import LoadOptions
@@ -207,8 +204,8 @@ def _profile_and_replay(run: _Run) -> None:
     run.step(2, t("demo.step.replay", backend=backend, ks=",".join(map(str, cfg.ks))))
     torch.set_num_threads(cfg.threads)
     sim = simulate(SimulateConfig(workload=[run.logged], methods=run.methods, ks=cfg.ks, batch_sizes=[1, run.conc]),
-                   resolve_tokenizer(None), on_request=_ticker(run.err, "replayed"))
-    sim = sim.model_copy(update={"notes": [*sim.notes, f"suffix replayed with the {backend} backend on every request"]})
+                   resolve_tokenizer(None), on_request=_ticker(run.err, "demo.tick.replayed"))
+    sim = sim.model_copy(update={"notes": [*sim.notes, en("demo.n.backend", backend=backend)]})
     _save(out / "simulate.json", sim)
     render_simulation(sim, run.console)
     run.console.print(t("demo.uncalibrated"), highlight=False)
@@ -217,7 +214,6 @@ def _profile_and_replay(run: _Run) -> None:
 def _calibrate(run: _Run) -> Any:
     """Step 3: this machine's step-cost law from short live runs of the embedded server."""
     from specgauge.calibrate import DEFAULT_KS, CalibrateConfig, run_calibration
-    from specgauge.i18n import t
     from specgauge.report.predict_console import render_calibration
     from specgauge.sweep import ServerTarget
 
@@ -234,7 +230,6 @@ def _calibrate(run: _Run) -> Any:
 def _predict(run: _Run, cal: Any) -> tuple[Any, dict[str, Any], bool]:
     """Step 4: every (method, k) predicted at the demo's concurrency; the candidate (its prediction, its
     config, whether it is predicted to pay), or why nothing pays."""
-    from specgauge.i18n import t
     from specgauge.predict import predict_cells
     from specgauge.report.predict_console import render_predictions
 
@@ -261,7 +256,6 @@ def _predict(run: _Run, cal: Any) -> tuple[Any, dict[str, Any], bool]:
 def _live_ab(run: _Run, spec: dict[str, Any]) -> dict[str, Path]:
     """Step 5: the embedded server without and with the candidate, on the same requests."""
     from specgauge.bench import BenchConfig, run_bench
-    from specgauge.i18n import t
     from specgauge.models import target_dir
     from specgauge.report.bench_console import format_summary
     from specgauge.servers import embedded_server
@@ -282,7 +276,6 @@ def _live_ab(run: _Run, spec: dict[str, Any]) -> dict[str, Path]:
 
 def _compare(run: _Run, best: Any, runs: dict[str, Path], pays: bool) -> tuple[Any, str]:
     """Step 6: compare's verdict, then the prediction beside the measurement (and why they differ)."""
-    from specgauge.i18n import t
     from specgauge.report.decide_console import render_comparison
     from specgauge.report.runs import CompareRequest, compare_paths
     from specgauge.stats.verdict import VerdictCriteria
@@ -326,11 +319,9 @@ def _why_not(profile: Any, best: Any) -> list[str]:
     p = profile.params
     out = []
     if best.tokens_per_forward is not None:
-        out.append(f"each speculative step puts {best.tokens_per_forward:.1f} tokens through the target "
-                   f"(tokens per step accepted: MAL {best.mean_acceptance_length or float('nan'):.2f})")
+        out.append(t("demo.w.tokens", tpf=f"{best.tokens_per_forward:.1f}", mal=f"{best.mean_acceptance_length or float('nan'):.2f}"))
     names = ", ".join(f"{k}={1000 * v:.3g}" for k, v in sorted(p.items()) if v > 0)
-    out.append(f"fitted step law (ms, terms above 0): {names}; a step's cost grows with the tokens verified and the drafter's work, "
-               "so the accepted tokens per step do not cover it")
+    out.append(t("demo.w.law", names=names))
     return out
 
 
@@ -341,6 +332,6 @@ def _ticker(console: Console, what: str) -> Callable[[int], None]:
         now = time.monotonic()
         if now - last[0] > 2:
             last[0] = now
-            console.print(f"  {what} {n} requests", highlight=False)
+            console.print(t(what, n=n), highlight=False)
 
     return tick

@@ -17,6 +17,7 @@ import aiohttp
 from specgauge import __version__
 from specgauge.bench.config import BenchConfig, BenchError, plan_requests
 from specgauge.bench.session import BenchSession
+from specgauge.i18n import t
 from specgauge.loadgen.runner import run_async
 from specgauge.paths import public_url
 from specgauge.records import BenchSummary, RequestRecord, ResultsFile, RunRecord, SessionRecord
@@ -62,7 +63,7 @@ class _Progress:
         )
 
         self.p = Progress(
-            TextColumn("bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn(t("bench.p.label")), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[live]}"), console=console, transient=False,
         )
         self.task = self.p.add_task("bench", total=total, completed=done, live="")
@@ -79,7 +80,7 @@ class _Progress:
         dt = max(time.perf_counter() - self.t0, 1e-9)
         live = f"{self.tokens / dt:,.1f} tok/s"
         if self.drafted:
-            live += f"  acceptance {100 * self.acc / self.drafted:.1f}%"
+            live += t("bench.p.acceptance", pct=f"{100 * self.acc / self.drafted:.1f}")
         self.p.update(self.task, advance=1, live=live)
 
     def stop(self) -> None:

@@ -159,6 +159,7 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("unavailable", {"ko": "사용할 수 없음"}),
     ("token ids and text", {"ko": "토큰 ID와 텍스트"}),
     ("token ids", {"ko": "토큰 ID"}),
+    ("token id", {"ko": "토큰 ID"}),
     ("text", {"ko": "텍스트"}),
     ("n/a", {"ko": "해당 없음"}),
     ("95 % CI", {"ko": "95 % 신뢰구간"}),  # recommend/choose: what must clear the margin

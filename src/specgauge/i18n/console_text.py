@@ -18,6 +18,8 @@ MEMORY: Entries = {
 
 BENCH: Entries = {
     "bench.title": {"en": " Serving Benchmark Result ", "ko": " 서빙 벤치마크 결과 "},
+    "bench.p.label": {"en": "bench", "ko": "벤치마크"},  # the progress bar (bench/benchmark.py)
+    "bench.p.acceptance": {"en": "  acceptance {pct}%", "ko": "  수락률 {pct}%"},
     "bench.successful": {"en": "Successful requests:", "ko": "성공한 요청:"},
     "bench.failed": {"en": "Failed requests:", "ko": "실패한 요청:"},
     "bench.max_conc": {"en": "Maximum request concurrency:", "ko": "최대 요청 동시성:"},
@@ -149,6 +151,19 @@ DEMO: Entries = {
     "demo.agree.none": {"en": "no prediction or no measurement to set side by side",
                         "ko": "나란히 놓을 예측이나 측정이 없습니다"},
     "demo.cause": {"en": "possible cause: {text}", "ko": "가능한 원인: {text}"},
+    "demo.c.acceptance": {"en": "acceptance: replayed {rep}, the server counted {live} ({same})", "ko": "수락률: 재생 {rep}, 서버 집계 {live} ({same})"},
+    "demo.c.matches": {"en": "matches", "ko": "일치"},
+    "demo.c.gap": {"en": "gap {gap}: the time law was fitted on what the server really accepted",
+                   "ko": "차이 {gap}: 시간 법칙은 서버가 실제로 수락한 것으로 적합했음"},
+    "demo.c.extrapolated": {"en": "the candidate puts more tokens through one forward than any calibration run measured (extrapolated)",
+                            "ko": "후보는 어떤 보정 실행에서 측정한 것보다 많은 토큰을 한 forward에 넣음 (외삽)"},
+    "demo.c.noise": {"en": "measurement noise: the live speedup's 95% CI is {lo}–{hi}x on a shared CPU; other processes on the machine move step times between the calibration and the A/B",
+                     "ko": "측정 잡음: 공유 CPU에서 실측 속도 향상의 95% 신뢰구간은 {lo}–{hi}x; 보정과 A/B 사이에 머신의 다른 프로세스가 스텝 시간을 바꿈"},
+    "demo.w.tokens": {"en": "each speculative step puts {tpf} tokens through the target (tokens per step accepted: MAL {mal})",
+                      "ko": "추측 디코딩 스텝마다 대상 모델에 {tpf} 토큰을 넣음 (스텝당 수락 토큰: MAL {mal})"},
+    "demo.w.law": {"en": "fitted step law (ms, terms above 0): {names}; a step's cost grows with the tokens verified and the drafter's work, so the accepted tokens per step do not cover it",
+                   "ko": "적합한 스텝 법칙 (ms, 0보다 큰 항): {names}; 스텝 비용은 검증하는 토큰과 드래프터의 일에 따라 커지므로 스텝당 수락 토큰으로 감당하지 못함"},
+    "demo.tick.replayed": {"en": "  replayed {n} requests", "ko": "  요청 {n}개 재생함"},
     "demo.step.report": {"en": "report", "ko": "보고서"},
     "demo.done": {"en": "done in {s} s", "ko": "{s}초 만에 완료"},
     "demo.report": {"en": "report: {path}", "ko": "보고서: {path}"},

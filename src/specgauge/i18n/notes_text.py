@@ -84,6 +84,7 @@ STORED: Entries = {
     "acc.r.no_drafted": {"en": "no request drafted a token", "ko": "토큰을 드래프트한 요청 없음"},
     "acc.r.no_drafts": {"en": "no request reported drafts", "ko": "드래프트를 알린 요청 없음"},
     "acc.r.need_both": {"en": "need both per-request counts and counters", "ko": "요청별 카운트와 카운터가 모두 필요함"},
+    "demo.n.backend": {"en": "suffix replayed with the {backend} backend on every request", "ko": "모든 요청에서 suffix를 {backend} 백엔드로 재생함"},
     "eq.src.flag": {"en": "--temperature flag", "ko": "--temperature 옵션"},
     "eq.src.unknown": {"en": "unknown", "ko": "알 수 없음"},
     "eq.src.run_json": {"en": "the workload named in run.json", "ko": "run.json에 적힌 워크로드"},

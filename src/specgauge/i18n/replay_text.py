@@ -47,7 +47,7 @@ STORED: Entries = {
     "rc.g.totals": {"en": "the run's counters ({acc} of {d} draft tokens accepted) differ from the replay of its outputs ({racc} of {rd}, + at most {b} past the outputs' ends)",
                     "ko": "실행의 카운터(드래프트 토큰 {d}개 중 {acc}개 수락)가 출력의 재생({rd}개 중 {racc}개, 출력 끝 너머 최대 {b}개 추가)과 다름"},
     # one request (rows' detail)
-    "rc.d.step": {"en": "step {j}: server drafted/accepted {srv}, replay {rep}", "ko": "스텝 {j}: 서버 드래프트/수락 {srv}, 재생 {rep}"},
+    "rc.d.step": {"en": "step {j}: server drafted/accepted {server}, replay {replay}", "ko": "스텝 {j}: 서버 드래프트/수락 {server}, 재생 {replay}"},
     "rc.d.counts": {"en": "server {sd} drafts / {st} draft tokens / {sa} accepted; replay {rd} / {rt} / {ra} (+ at most {b} past the output's end)",
                     "ko": "서버 드래프트 {sd}회 / 드래프트 토큰 {st}개 / 수락 {sa}개; 재생 {rd} / {rt} / {ra} (출력 끝 너머 최대 {b}개 추가)"},
     "rc.d.nothing": {"en": "nothing", "ko": "없음"},

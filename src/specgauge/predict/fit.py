@@ -218,7 +218,7 @@ def _columns(cal: Calibration) -> None:
     names = cal.names = [*CORE, *(p for m in methods for p in drafter_params(m, ks_of[m])), ELL]
     for m in methods:
         if is_model_method(m) and f"draft_fixed[{method_kind(m)}]" not in names:  # drafter_params' rule
-            notes.append(en("predict.n.one_k", m=m, k=ks_of[m][0], k2=2 * ks_of[m][0]))
+            notes.append(en("predict.n.one_k", method=m, k=ks_of[m][0], k2=2 * ks_of[m][0]))
     n_ttft = sum(k == "ttft" for r in cal.rows for k in r.kind)
     if n_ttft == 0:
         notes.append(en("predict.n.no_idle"))

@@ -280,7 +280,7 @@ def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
     if knee is not None:
         notes.append(en("predict.n.knee", knee=f"{knee:.0f}", us=f"{cur[KNEE_PARAM] * 1e6:.3g}", r0=f"{ssr0:.3g}", r1=f"{cur_ssr:.3g}", n=n))
     for m in hidden:
-        notes.append(en("predict.n.host_par", m=m, us=f"{cur[f'host_par[{m}]'] * 1e6:.3g}", us0=f"{cur[f'host_par0[{m}]'] * 1e6:.3g}"))
+        notes.append(en("predict.n.host_par", method=m, us=f"{cur[f'host_par[{m}]'] * 1e6:.3g}", us0=f"{cur[f'host_par0[{m}]'] * 1e6:.3g}"))
     point = coef_f
 
     def refit(idx: np.ndarray) -> np.ndarray:

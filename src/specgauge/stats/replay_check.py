@@ -160,8 +160,8 @@ def judge_request(rid: str, t: ReplayTrace, n_out: int, server: Counts | None,
         elif not same:
             j = next((i for i, (x, y) in enumerate(zip(ours, steps)) if x != y), min(len(ours), len(steps)))
             row.status = "uncertain" if uncertain_from is not None and j >= uncertain_from else "gap"
-            row.detail = en("rc.d.step", j=j, srv=steps[j] if j < len(steps) else en("rc.d.nothing"),
-                            rep=ours[j] if j < len(ours) else en("rc.d.nothing"))
+            row.detail = en("rc.d.step", j=j, server=steps[j] if j < len(steps) else en("rc.d.nothing"),
+                            replay=ours[j] if j < len(ours) else en("rc.d.nothing"))
         return row
     short = server.accepted_tokens - replay.accepted_tokens
     same = server.drafts == replay.drafts and server.draft_tokens == replay.draft_tokens and 0 <= short <= bound

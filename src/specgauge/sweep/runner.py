@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specgauge.errors import UserError
+from specgauge.i18n import translate
 from specgauge.paths import portable_path, resolve_specs
 from specgauge.predict.types import CellSpec
 from specgauge.servers import ServerStartError
@@ -253,7 +254,7 @@ class _Grid:
 
     def say(self, text: str) -> None:
         if self.console is not None:
-            self.console.print(text, highlight=False, markup=False)
+            self.console.print(translate(text), highlight=False, markup=False)
 
     def budget_left(self) -> bool:
         return self.time_budget_s is None or self.clock() - self.t0 < self.time_budget_s
