@@ -175,3 +175,31 @@ def test_simulate_per_request_rows_pin_the_tail_with_the_servers_counts_in_the_l
                 assert all(lo <= x <= hi for x, (lo, hi) in zip(live, (b["drafts"], b["draft_tokens"], b["accepted_tokens"])))
                 if row["exact"]:
                     assert (row["drafts"], row["draft_tokens"], row["accepted_tokens"]) == live
+
+
+def test_a_logged_servers_steps_pin_only_the_replay_at_its_k() -> None:
+    """The log's per-step counts (a server at k = 4) pin the tail of the k = 4 replay; a replay at k = 2
+    leaves out every request's steps no server at 2 could make (drafts of 4). (simulate passes them only
+    when it replays one k, the one the user names: test_simulate_per_request_rows_... below.)"""
+    reqs = _workload(7, 10, cut=True)
+    steps: list[list[tuple[int, int]]] = []
+    served = _server(reqs, steps)
+
+    def rows(k: int, hinted: bool, final: bool = False) -> list[tuple[int, int, int, list[int]]]:
+        d = SuffixDrafter(num_speculative_tokens=k, bounds=True)
+        out = []
+        for i, ((prompt, _, _), (o, _, fin), mine) in enumerate(zip(reqs, served, steps, strict=True)):
+            hint = {"server_steps": mine} if hinted else ({"final_accepted": fin} if final else {})
+            t = d.replay(f"r{i}", prompt, o, k, **hint)
+            out.append((len(t.drafted), int(t.drafted.sum()), int(t.accepted.sum()), t.bounds.accepted_tokens))
+        return out
+
+    assert any(max(d for d, _ in mine) == K for mine in steps if mine)
+    # k = 2: a request whose steps drafted more than 2 gives no hint; up to the first that could, the
+    # replay is the one without hints
+    first = next((i for i, mine in enumerate(steps) if mine and max(d for d, _ in mine) <= 2), len(steps))
+    assert first > 0 and rows(2, hinted=True)[:first] == rows(2, hinted=False)[:first]
+    with_steps, with_final, without = rows(K, hinted=True), rows(K, hinted=False, final=True), rows(K, hinted=False)
+    assert with_steps != without  # at its own k they pin the tails...
+    widths = [sum(b[1] - b[0] for *_, b in r) for r in (with_steps, with_final)]
+    assert widths[0] <= widths[1]  # ...and fix uncertain paths the final-step count alone leaves open

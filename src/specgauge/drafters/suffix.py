@@ -119,6 +119,20 @@ class SuffixTrace(ReplayTrace):
     pinned_final: int | None = None
 
 
+def _logged_at(k: int, final_accepted: int | None, server_steps: Sequence[tuple[int, int]] | None
+               ) -> tuple[int | None, Sequence[tuple[int, int]] | None]:
+    """A logged server's steps describe a replay at k only if that server could have run at k: none
+    drafted more than k (the caller knows the rest: simulate passes them when it replays one k, the
+    one the user names). Else they are left out, the final-step count too when it came from them;
+    with them, the final-step count defaults to theirs."""
+    if server_steps is None:
+        return final_accepted, None
+    steps = [(int(d), int(a)) for d, a in server_steps]
+    if not steps or max(d for d, _ in steps) > k:
+        return final_accepted, None
+    return (steps[-1][1] if final_accepted is None else final_accepted), steps
+
+
 def _learn_past_end(trace: SuffixTrace, accepted_past: list[int], bonus: int | None) -> None:
     """What a final step whose accepted count is known taught the cache past the output: the draft
     tokens it accepted there and its bonus token (one unknown token where the log lacks it)."""
@@ -256,17 +270,19 @@ class SuffixDrafter:
         ``server_steps``: the server's (drafted, accepted) per drafting step of this request (vLLM's
         ``per_step_drafted`` / ``per_step_accepted``), when known: they fix which of the paths the
         bounds allow the server took, so its final step and what it taught the cache past the output
-        (``_suffix_positions.server_final``), where an uncertain step would otherwise leave them open.
-        The request's own bounds never use them (only ``final_accepted``).
+        (``_suffix_positions.server_final``), where an uncertain step would otherwise leave them open;
+        ``final_accepted`` defaults to their last. They are left out where no server at this k could
+        have made them (``_logged_at``). The request's own bounds never use them (only ``final_accepted``).
 
         With ``bounds``, the request is also replayed through the other extreme's cache and the trace
         carries ``bounds`` (``_suffix_positions.CountBounds``): this cache learns nothing past a cut the
         server's counters do not pin, the other one learns the whole final draft there (and counts it
         accepted, as the server would); the figures returned are this cache's. While every open end
         so far was pinned, the bounds are sound (they also cover the unknown bonus tokens)."""
+        k = int(_check("k", k, 1))
+        final_accepted, server_steps = _logged_at(k, final_accepted, server_steps)
         if self._high is not None:
             hi = self._high.replay(request_id, prompt_ids, output_ids, k, final_accepted, bonus, server_steps)
-        k = int(_check("k", k, 1))
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
         if self._high is not None:
             sound = self._unpinned_tails == 0

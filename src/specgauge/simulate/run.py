@@ -311,6 +311,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     runners = method_replays(specs, cfg.ks, tok)
     tally = ReplayTally(cfg, [s.label for s in specs], tok)
     stream_of = segment_rule(cfg.partition_by)
+    hint = server_counts_hint if len(cfg.ks) == 1 else (lambda _resp: {})
     try:
         for item in iter_workload(cfg.workload, cfg.load, tally.report):
             req = replayed_request(item, tok, stream_of(item.request) if stream_of is not None else "")
@@ -328,7 +329,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
                         tally.add_alphas(req.segment, r.spec.label, k, a)
                     continue
                 tally.add_traces(req, r.spec.label, r.traces(req.id, req.source, req.prompt_ids, req.output_ids, req.stream,
-                                                             **server_counts_hint(item.response)), keep=not r.spec.probabilistic)
+                                                             **hint(item.response)), keep=not r.spec.probabilistic)
             n = tally.end_request()
             if on_request is not None:
                 on_request(n)
@@ -339,13 +340,16 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     return tally.result()
 
 
-def server_counts_hint(resp: object) -> dict[str, int]:
-    """The server's final-step accepted count where the log holds vLLM's per-request counters
-    (``metrics.speculative_decoding``, ``detailed``): suffix pins the tail past the cut with it."""
+def server_counts_hint(resp: object) -> dict[str, list[tuple[int, int]]]:
+    """The server's (drafted, accepted) per step where the log holds vLLM's per-request counters
+    (``metrics.speculative_decoding``, ``detailed``): suffix pins the tail past the cut with the final
+    one and fixes uncertain paths with the rest (``SuffixDrafter.replay``). Only for a simulation of
+    one k (the logged server's, as the user names it: ``--speculative-config`` or ``--k``): at other
+    k they are another server's steps, and what that server learned past the cuts is its own."""
     from specgauge.stats.record_fields import per_step
 
     steps = per_step(getattr(resp, "extra", None))
-    return {"final_accepted": steps[-1][1]} if steps else {}
+    return {"server_steps": steps} if steps else {}
 
 
 def stream_note(partition_by: str | None, specs: Sequence[MethodSpec]) -> str:
