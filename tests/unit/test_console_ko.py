@@ -20,7 +20,7 @@ ALLOWED = {"MAL", "RAG", "JSON", "OpenAI", "tool_calls", "tool_call", "max_token
            "target", "temperature", "ngram", "suffix", "tok", "CSV", "p10", "p50", "p90", "p95", "en", "ko", "ID",
            # names inside the notes: a command, a file, a field, vLLM's option, the end-of-sequence token
            "specgauge", "calibrate", "cost_profile", "json", "vLLM", "return_token_ids",
-           "EOS", "segment", "DIR", "llama", "model"}
+           "EOS", "segment", "DIR", "llama", "model", "simulate", "detailed"}
 
 
 def _english_words(text: str, data: set[str]) -> list[str]:

@@ -38,20 +38,34 @@ if TYPE_CHECKING:
 
 
 class UnknownTails:
-    """Unknown tokens at the ends of cached sequences of one global tree: ``u[node]`` = unknown
-    tokens that would be appended right after a path ending at ``node``; ``total`` = all of them
-    (each also raises a child of the root)."""
+    """Unknown tokens at the ends of cached sequences of one global tree: ``u[node]`` = single unknown
+    tokens that would be appended right after a path ending at ``node``; ``runs``: runs of up to L
+    unknown tokens in a row (a tail of unknown length and content); ``total`` = all unknown tokens
+    (each also raises a child of the root).
+
+    A run of L tokens after sequence s adds its j-th token under every node the previous j − 1 tokens
+    lead to from s's tail nodes and from the root: any node at depth < L, and any node less than L
+    below one of s's tail nodes, may gain up to L in its children's counts (each token adds at most one
+    to a node's children), and a missing node there may exist in the server's tree, with children."""
 
     def __init__(self) -> None:
         self.u: dict[_Node, int] = {}
         self.total = 0
+        self.runs: list[tuple[frozenset[int], int]] = []  #: (ids of the tail nodes, L)
         self._by_seq: dict[int, list[list[_Node]]] = {}
+        self._runs_by_seq: dict[int, list[tuple[frozenset[int], int]]] = {}
 
-    def add(self, tree: SuffixTree, seq: int) -> None:
-        """One unknown token after sequence ``seq``'s last token (as ``tree.append`` would add it:
-        under each suffix node shorter than the tree depth, and under the root)."""
+    def add(self, tree: SuffixTree, seq: int, length: int = 1) -> None:
+        """``length`` unknown tokens after sequence ``seq``'s last token (as ``tree.append`` would add
+        them: under each suffix node shorter than the tree depth, and under the root)."""
         active = tree.active_nodes(seq)
         nodes = list(active[1:] if len(active) >= tree.max_depth else active)
+        if length > 1:
+            run = (frozenset(id(n) for n in nodes), int(length))
+            self.runs.append(run)
+            self._runs_by_seq.setdefault(seq, []).append(run)
+            self.total += int(length)
+            return
         for node in nodes:
             self.u[node] = self.u.get(node, 0) + 1
         self._by_seq.setdefault(seq, []).append(nodes)
@@ -67,17 +81,52 @@ class UnknownTails:
                 else:
                     del self.u[node]
             self.total -= 1
+        for run in self._runs_by_seq.pop(seq, ()):
+            self.runs.remove(run)
+            self.total -= run[1]
+
+    # -- where runs reach: a state per path from the root (None without runs) ------------------------
+    def start(self) -> tuple[int, tuple[int | None, ...]] | None:
+        """The root's state: (depth, per run the distance below its nearest tail node, or None)."""
+        return (0, tuple(None for _ in self.runs)) if self.runs else None
+
+    def down(self, state: tuple[int, tuple[int | None, ...]] | None, child: _Node
+             ) -> tuple[int, tuple[int | None, ...]] | None:
+        if state is None:
+            return None
+        depth, dist = state
+        return depth + 1, tuple(0 if id(child) in nodes else (None if d is None else d + 1)
+                                for (nodes, _), d in zip(self.runs, dist, strict=True))
+
+    def _reach(self, state: tuple[int, tuple[int | None, ...]] | None, spare: int) -> int:
+        """Run tokens that may land among this node's children (``spare``: that many more run tokens
+        must follow them)."""
+        if state is None:
+            return 0
+        depth, dist = state
+        return sum(L for (_, L), d in zip(self.runs, dist, strict=True)
+                   if depth <= L - 1 - spare or (d is not None and d <= L - 1 - spare))
+
+    def at(self, node: _Node, state: tuple[int, tuple[int | None, ...]] | None) -> int:
+        """Unknown tokens that may be appended as children of ``node`` (reached with ``state``)."""
+        return self.u.get(node, 0) + self._reach(state, 0)
+
+    def grows_below(self, state: tuple[int, tuple[int | None, ...]] | None) -> bool:
+        """Whether a child a run adds under this node may have children of its own."""
+        return self._reach(state, 1) > 0
 
 
-def _walk(node: _Node, delta: int, cap: int, min_prob: float, u: dict[_Node, int]) -> tuple[float, float, bool]:
-    """Score interval of the greedy walk from ``node`` (whose count may be ``delta`` higher) and
-    whether its tokens are certain. Mirrors ``suffix.best_draft``'s inner loop. Where the walk
-    becomes uncertain, the tokens so far stand and each further one adds at most 1 to the score."""
+def _walk(node: _Node, delta: int, cap: int, min_prob: float, tails: UnknownTails,
+          state: tuple[int, tuple[int | None, ...]] | None) -> tuple[float, float, bool]:
+    """Score interval of the greedy walk from ``node`` (whose count may be ``delta`` higher; ``state``:
+    where runs reach it) and whether its tokens are certain. Mirrors ``suffix.best_draft``'s inner loop.
+    Where the walk becomes uncertain, the tokens so far stand and each further one adds at most 1 to
+    the score."""
     lo = hi = 1.0
     s_lo = s_hi = 0.0
     taken = 0
     while taken < cap:
-        uc = u.get(node, 0)
+        uc = tails.at(node, state)
         order = node.order
         if not order:
             if uc:  # an unknown token may be a child here: the server's walk may go on
@@ -100,6 +149,7 @@ def _walk(node: _Node, delta: int, cap: int, min_prob: float, u: dict[_Node, int
         s_hi = s_hi + 1.0 if hi == 1.0 else f32(s_hi + hi)
         taken += 1
         node, delta = order[0], uc
+        state = tails.down(state, node)
     return s_lo, s_hi, True
 
 
@@ -117,7 +167,6 @@ def global_draft_certain(
     (floored at 0), which the global draft must exceed; ``limits``/``min_prob`` as ``best_draft``."""
     if tails.total == 0:
         return True
-    u = tails.u
     n = len(context)
     cands: list[tuple[float, float, bool]] = []  # longest match first
     floor = beat
@@ -126,14 +175,18 @@ def global_draft_certain(
         if cap <= floor:
             break
         parent, node = root, root
+        p_state = state = tails.start()
         for t in context[n - m :]:
-            parent, node = node, node.children.get(t)  # type: ignore[assignment]
+            parent, node, p_state = node, node.children.get(t), state  # type: ignore[assignment]
             if node is None:
                 break
+            state = tails.down(state, node)
         if node is None:
-            continue  # absent here; in the server at most a childless node made by an unknown token
-        delta = tails.total if parent is root else u.get(parent, 0)
-        lo, hi, certain = _walk(node, delta, cap, min_prob, u)
+            if tails.grows_below(p_state):  # a run may have made the match, and its draft too
+                cands.append((0.0, float(cap), False))
+            continue  # else absent in the server too, or a childless node made by an unknown token
+        delta = tails.total if parent is root else tails.at(parent, p_state)
+        lo, hi, certain = _walk(node, delta, cap, min_prob, tails, state)
         cands.append((lo, hi, certain))
         if certain and lo > floor:
             floor = lo

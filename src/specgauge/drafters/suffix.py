@@ -119,18 +119,19 @@ class SuffixTrace(ReplayTrace):
     pinned_final: int | None = None
 
 
-def _logged_at(k: int, final_accepted: int | None, server_steps: Sequence[tuple[int, int]] | None
-               ) -> tuple[int | None, Sequence[tuple[int, int]] | None]:
-    """A logged server's steps describe a replay at k only if that server could have run at k: none
-    drafted more than k (the caller knows the rest: simulate passes them when it replays one k, the
-    one the user names). Else they are left out, the final-step count too when it came from them;
-    with them, the final-step count defaults to theirs."""
-    if server_steps is None:
-        return final_accepted, None
-    steps = [(int(d), int(a)) for d, a in server_steps]
-    if not steps or max(d for d, _ in steps) > k:
-        return final_accepted, None
-    return (steps[-1][1] if final_accepted is None else final_accepted), steps
+def _logged_at(k: int, final_accepted: int | None, server_steps: Sequence[tuple[int, int]] | None,
+               logged_max_drafted: int | None) -> tuple[int | None, Sequence[tuple[int, int]] | None]:
+    """A logged server's counts describe a replay at k only if that server could have run at k: none
+    of its steps drafted more than k (the caller knows the rest: simulate passes them when it replays
+    one k, the one the user names). Else they are left out; the final-step count defaults to the
+    steps' last."""
+    steps = None if server_steps is None else [(int(d), int(a)) for d, a in server_steps]
+    if steps:
+        logged_max_drafted = max(max(d for d, _ in steps), logged_max_drafted or 0)
+        final_accepted = steps[-1][1] if final_accepted is None else final_accepted
+    if logged_max_drafted is not None and logged_max_drafted > k:
+        return None, None
+    return final_accepted, steps or None
 
 
 def _learn_past_end(trace: SuffixTrace, accepted_past: list[int], bonus: int | None) -> None:
@@ -195,7 +196,6 @@ class SuffixDrafter:
                 track_unknown_tails=True)
             self._high._world = "high"
         self._unpinned_tails = 0  # open ends so far whose tail the server's counts did not pin
-        self._tails_sound = True  # False once a tail of unknown length entered the tree
         self._unknown_by_req: dict[str, int] = {}  # cached request -> unknown tokens after its output
         self.cache_unknown = 0  #: unknown tokens in the global tree now
         self._native = NativeSuffixCache(self.max_tree_depth, self.max_cached_requests) if self.backend == "native" else None
@@ -257,7 +257,7 @@ class SuffixDrafter:
     def replay(
         self, request_id: str, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int,
         final_accepted: int | None = None, bonus: int | None = None,
-        server_steps: Sequence[tuple[int, int]] | None = None,
+        server_steps: Sequence[tuple[int, int]] | None = None, logged_max_drafted: int | None = None,
     ) -> SuffixTrace:
         """The whole lifecycle of one request: the same steps and numbers as ``replay_by_stepping``
         (begin, one propose per decode step, end), without its per-step overhead. The python backend
@@ -271,8 +271,10 @@ class SuffixDrafter:
         ``per_step_drafted`` / ``per_step_accepted``), when known: they fix which of the paths the
         bounds allow the server took, so its final step and what it taught the cache past the output
         (``_suffix_positions.server_final``), where an uncertain step would otherwise leave them open;
-        ``final_accepted`` defaults to their last. They are left out where no server at this k could
-        have made them (``_logged_at``). The request's own bounds never use them (only ``final_accepted``).
+        ``final_accepted`` defaults to their last. ``logged_max_drafted``: the most any of the logged
+        server's steps of this request drafted; the counts are left out where no server at this k could
+        have made them (``_logged_at``). The request's own bounds never use ``server_steps`` (only
+        ``final_accepted``).
 
         With ``bounds``, the request is also replayed through the other extreme's cache and the trace
         carries ``bounds`` (``_suffix_positions.CountBounds``): this cache learns nothing past a cut the
@@ -280,7 +282,7 @@ class SuffixDrafter:
         accepted, as the server would); the figures returned are this cache's. While every open end
         so far was pinned, the bounds are sound (they also cover the unknown bonus tokens)."""
         k = int(_check("k", k, 1))
-        final_accepted, server_steps = _logged_at(k, final_accepted, server_steps)
+        final_accepted, server_steps = _logged_at(k, final_accepted, server_steps, logged_max_drafted)
         if self._high is not None:
             hi = self._high.replay(request_id, prompt_ids, output_ids, k, final_accepted, bonus, server_steps)
         tokens = [int(t) for t in prompt_ids] + [int(t) for t in output_ids]
@@ -317,7 +319,7 @@ class SuffixDrafter:
         accepted: list[int] = []
         draft: list[int] = []
         first_uncertain: int | None = None
-        checked = self.unknown_tails is not None and self._tails_sound
+        checked = self.unknown_tails is not None
         if len(tokens) - prompt_len > 1:
             if self._native is not None:
                 drafted, accepted, req.seen, draft = self._native.replay_steps(
@@ -342,26 +344,32 @@ class SuffixDrafter:
                             final_draft=list(draft), first_uncertain=first_uncertain, checked=checked,
                             cache_unknown=self._cache_unknown())
         final: tuple[int, int] | None = None  # the server's final step (position, accepted), where known
+        unknown_run = 0  # > 0: which step was the server's final one is open, so its tail is: at most this long
         if self._world is not None and self._unpinned_tails == 0 and len(tokens) - prompt_len > 1:
             trace.positions, trace.pinned_final = positions, final_accepted
             if first_uncertain is not None and checked:
                 from specgauge.drafters._suffix_positions import final_step_known, server_final
 
                 n_out = len(tokens) - prompt_len
+                # the tokens past the end: at most the final step's accepted ones and the bonus
+                run = (final_accepted if final_accepted is not None else k) + 1
                 if server_steps is not None:
                     final = server_final(positions, n_out, server_steps)
                     if final is None:
-                        self._tails_sound = False  # no one final step fits the server's steps
+                        unknown_run = run  # no one final step fits the server's steps
                     elif final[0] == 0:
                         final = None  # the final step drafted nothing: no tail
                 else:
                     start = 1 + sum(accepted[:first_uncertain]) + first_uncertain
                     if not final_step_known(positions, n_out, start):
-                        self._tails_sound = False  # the server's final step, so what it learned past the end, is unknown
+                        unknown_run = run
         if final is not None:
             self._server_tail(trace, len(tokens) - prompt_len, final, bonus)
         else:
             self._tail(trace, len(tokens) - prompt_len, final_accepted, bonus)
+        if unknown_run:  # learn none of the replay's own guess past the end: a run of unknown tokens
+            trace.open_end, trace.tail_learned = True, []
+            trace.tail_bound = trace.tail_unknown = unknown_run
         self._finish(request_id, req, tokens[prompt_len:] + trace.tail_learned, trace.tail_unknown)
         return trace
 
@@ -408,10 +416,7 @@ class SuffixDrafter:
                 self._unknown_by_req[request_id] = unknown
                 self.cache_unknown += unknown
             if unknown and seq is not None and self.unknown_tails is not None:
-                if unknown == 1:
-                    self.unknown_tails.add(self.global_tree, seq)
-                else:  # several unknown tokens in a row: beyond what UnknownTails models
-                    self._tails_sound = False
+                self.unknown_tails.add(self.global_tree, seq, length=unknown)
         del self._active[request_id]
         if self._native is not None:
             self._native.stop(request_id)

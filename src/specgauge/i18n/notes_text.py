@@ -118,6 +118,19 @@ STORED: Entries = {
               "최대 {tail}개 더 학습합니다 (잘린 곳이나 EOS 너머에서 수락된 토큰과 그다음 토큰). 어떤 로그에도 없는 "
               "토큰입니다. 요청 {after}개는 그 토큰 없이 캐시에서 재생되었으므로, 그 토큰이 어떤 초안도 바꾸지 않을 때만 "
               "수치가 정확합니다"},
+    "simulate.n.open_tails_bounds": {
+        "en": "{n} of {total} outputs end while the final draft still matched: a live suffix server would also learn up "
+              "to {tail} tokens past those ends (accepted past the cut or the EOS, and the token after them) that no log "
+              "holds; replayed at both extremes of what it learned there, the acceptance lies in [{lo}, {hi}], and "
+              "{inexact} of {total} requests' counts differ between the extremes (mean width {width} accepted tokens), the "
+              "others come out the same at both (simulate --per-request: each row's bounds); a log with vLLM's "
+              "per-request counters (--per-request-spec-decode-metrics detailed) makes the bounds sound",
+        "ko": "출력 {total}개 중 {n}개가 마지막 초안이 아직 일치하는 채로 끝납니다: 실제 suffix 서버는 그 끝 너머의 토큰을 "
+              "최대 {tail}개 더 학습합니다 (잘린 곳이나 EOS 너머에서 수락된 토큰과 그다음 토큰). 어떤 로그에도 없는 "
+              "토큰입니다. 서버가 거기서 학습한 것의 두 극단으로 재생하면 수락률은 [{lo}, {hi}] 안에 있고, 요청 {total}개 중 "
+              "{inexact}개의 카운트가 두 극단 사이에서 다르고 (평균 폭: 수락 토큰 {width}개) 나머지는 두 극단에서 같습니다 "
+              "(simulate --per-request: 행마다 범위). vLLM의 요청별 카운터(--per-request-spec-decode-metrics detailed)가 "
+              "있는 로그라면 범위가 보장됩니다"},
     "simulate.n.approx": {
         "en": "{n} request(s) had no logged token ids ({whose}): re-tokenised with {tok}; acceptance APPROXIMATE — log "
               "token ids (vLLM return_token_ids) for exact figures",

@@ -233,7 +233,13 @@ class AcceptanceAccumulator:
     def summary(self) -> AcceptanceSummary:
         drafts, dtok, acc, steps = self.drafts, self.draft_tokens, self.accepted, self.steps
         notes = [] if drafts else [en("simulate.n.no_drafts")]
-        if self.open_tails:
+        bounds = [self.acc_lo / self.dt_hi if self.dt_hi else 0.0, min(1.0, self.acc_hi / self.dt_lo)] \
+            if self.bounded and self.dt_lo else None
+        if self.open_tails and bounds is not None:  # what the unknown tokens can move, as an interval
+            notes.append(en("simulate.n.open_tails_bounds", n=self.open_tails, total=self.requests, tail=self.tail_unknown,
+                            lo=f"{100 * bounds[0]:.1f} %", hi=f"{100 * bounds[1]:.1f} %", inexact=self.inexact,
+                            width=f"{self.width / self.bounded:.2f}"))
+        elif self.open_tails:
             notes.append(en("simulate.n.open_tails", n=self.open_tails, total=self.requests, tail=self.tail_unknown,
                             after=self.after_unknown))
         return AcceptanceSummary(
@@ -251,8 +257,7 @@ class AcceptanceAccumulator:
             mean_drafted_per_step=dtok / steps if steps else None,
             exact=self.exact, open_tail_requests=self.open_tails, tail_unknown_tokens=self.tail_unknown,
             requests_after_unknown=self.after_unknown, notes=notes,
-            acceptance_rate_bounds=[self.acc_lo / self.dt_hi if self.dt_hi else 0.0, min(1.0, self.acc_hi / self.dt_lo)]
-            if self.bounded and self.dt_lo else None,
+            acceptance_rate_bounds=bounds,
             inexact_requests=self.inexact, mean_bound_width=self.width / self.bounded if self.bounded else None,
             **self._teacher_forced(),  # type: ignore[arg-type]
         )
