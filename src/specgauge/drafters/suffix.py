@@ -319,7 +319,9 @@ class SuffixDrafter:
         accepted: list[int] = []
         draft: list[int] = []
         first_uncertain: int | None = None
-        checked = self.unknown_tails is not None
+        # with bounds, the interval check serves the sound bounds only: once an open end went unpinned
+        # they are the two extremes, and the check (which the unknown runs make costlier) stops
+        checked = self.unknown_tails is not None and (self._world is None or self._unpinned_tails == 0)
         if len(tokens) - prompt_len > 1:
             if self._native is not None:
                 drafted, accepted, req.seen, draft = self._native.replay_steps(
