@@ -110,7 +110,8 @@ DEMO_NAMES = {"agent_logs", "code_review", "rag_answer", "support_summary", "too
               "tiny-eagle3", "draft_model:tiny-draft", "eagle3:tiny-eagle3", "native", "python", "embedded:per-request",
               "specgauge:kv_cache_capacity_bytes", "vllm:kv_cache_usage_perc", "specgauge:model_weight_bytes", "OpenAI",
               "flattened", "padded", "eagle3", "draft_model", "hf:tiny-target", "EAGLE", "SpecForge", "EOS", "calibrate",
-              "bench-baseline", "bench-speculative", "compare", "ell", "gd", "gv", "host", "en", "ko"}  # and language codes
+              "bench-baseline", "bench-speculative", "compare", "ell", "gd", "gv", "host", "en", "ko",  # and language codes
+              "simulate", "detailed"}  # a command and a flag value in the suffix note
 #: a method label (suffix-k4, eagle3-k2/c1), a law parameter (host[ngram]), a one-letter term
 _NAME = re.compile(r"[a-z_0-9]+-k\d+(/c\d+)?|[a-z_]+\[[a-z_0-9]+\]|[a-z]")
 
