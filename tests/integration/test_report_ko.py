@@ -118,14 +118,9 @@ _NAME = re.compile(r"[a-z_0-9]+-k\d+(/c\d+)?|[a-z_]+\[[a-z_0-9]+\]|[a-z]")
 
 def _console_english(text: str, data: set[str] = frozenset()) -> list[str]:
     """English words left in console output, names aside (the checker of tests/unit/test_report_ko_sections)."""
-    from tests.unit.test_report_ko_sections import COMMAND, DATA, english_words
+    from tests.unit.test_report_ko_sections import DATA, console_english
 
-    bad = set()
-    for line in text.splitlines():
-        if COMMAND.match(line):
-            continue
-        bad |= {w for w in english_words(line, DATA | DEMO_NAMES | data) if not _NAME.fullmatch(w)}
-    return sorted(bad)
+    return sorted({w for w, _ in console_english(text, DATA | DEMO_NAMES | data) if not _NAME.fullmatch(w)})
 
 
 def test_untranslated_english_would_be_caught() -> None:

@@ -183,8 +183,13 @@ def _console(render: Callable[[Any, Console], None], obj: Any) -> str:
 COMMAND = re.compile(r"^\s*(vllm serve|llama-server|python -m sglang)\b")
 
 
+def console_english(text: str, data: set[str]) -> list[tuple[str, str]]:
+    """(word, line) for each English word left in console output, pasted commands and ``data`` aside."""
+    return [(w, line.strip()) for line in text.splitlines() if not COMMAND.match(line) for w in english_words(line, data)]
+
+
 def _no_english(text: str, data: set[str]) -> None:
-    bad = [f"{w}: {line.strip()}" for line in text.splitlines() if not COMMAND.match(line) for w in english_words(line, data)]
+    bad = [f"{w}: {line}" for w, line in console_english(text, data)]
     assert not bad, "English under --lang ko:\n" + "\n".join(bad)
 
 
