@@ -85,7 +85,7 @@ def simulate(
     Hidden-state heads (eagle3:DIR, mtp:DIR) also show the teacher-forced accuracy training tools print, labelled optimistic."""
     from specgauge.api import resolve_tokenizer
     from specgauge.config import ConfigError, SpeculativeConfig
-    from specgauge.simulate.run import SimulateConfig, parse_ks
+    from specgauge.simulate.run import SimulateConfig, SimulateError, nothing_to_replay, parse_ks
     from specgauge.workload.loaders import LoadOptions
 
     spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None
@@ -105,6 +105,9 @@ def simulate(
     if ray_address and not ray:
         raise ConfigError("--ray-address: only with --ray")
     result = _replay(cfg, resolve_tokenizer(tokenizer), ray, ray_address, split_streams, quiet=as_json)
+    nothing = nothing_to_replay(result, cfg.workload)
+    if nothing is not None:  # a table of dashes and exit 0 would read as a result
+        raise SimulateError(nothing)
     _show(result, as_json, csv_out, detail, lang)
 
 

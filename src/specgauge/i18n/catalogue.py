@@ -162,6 +162,8 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("token id", {"ko": "토큰 ID"}),
     ("text", {"ko": "텍스트"}),
     ("n/a", {"ko": "해당 없음"}),
+    ("no logged response", {"ko": "기록된 응답 없음"}),  # offline/replay: why a request has nothing to replay
+    ("empty logged output", {"ko": "기록된 출력이 비어 있음"}),
     ("95 % CI", {"ko": "95 % 신뢰구간"}),  # recommend/choose: what must clear the margin
     ("prediction band", {"ko": "예측 구간"}),
     ("first chunk carried decode steps too", {"ko": "첫 청크에 디코드 스텝도 실림"}),  # predict/observe: rows left out

@@ -143,6 +143,15 @@ STORED: Entries = {
                                  "ko": "{n}개는 모델을 명시하지 않음: 그 모델의 토크나이저인지 알 수 없습니다"},
     "simulate.n.nothing": {"en": "no request had a logged response with output: nothing to replay",
                            "ko": "출력이 있는 기록된 응답이 없습니다: 재생할 것이 없습니다"},
+    "simulate.e.nothing": {
+        "en": "nothing to replay in {files} ({why}): simulate replays the outputs a model logged, so it needs each "
+              "request's response (OpenAI JSONL with a response, a Batch API output file, ShareGPT with assistant turns, "
+              "a trace export; see specgauge simulate --help); a file of prompts only is for specgauge bench",
+        "ko": "{files}에 재생할 것이 없습니다 ({why}): simulate는 모델이 기록한 출력을 재생하므로 요청마다 응답이 필요합니다 "
+              "(응답이 있는 OpenAI JSONL, Batch API 출력 파일, assistant 턴이 있는 ShareGPT, 트레이스 내보내기; "
+              "specgauge simulate --help 참고). 프롬프트만 있는 파일은 specgauge bench용입니다"},
+    "simulate.e.no_requests": {"en": "no requests", "ko": "요청 없음"},
+    "simulate.e.skips": {"en": "{n} request(s) with {why}", "ko": "{why}인 요청 {n}개"},
     "simulate.n.fitted": {
         "en": "predicted speedup: the calibrated step-cost law of cost profile {file} (server {model}, {shape} "
               "verification), each batch size simulated as a closed-loop bench of these requests; band from the law's bootstrap",

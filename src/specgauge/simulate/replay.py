@@ -255,7 +255,7 @@ class AcceptanceAccumulator:
             request_mean_acceptance_length=Spread.of(self.mals, "no request had a draft"),
             acceptance_histogram=[int(x) for x in self.hist],
             mean_drafted_per_step=dtok / steps if steps else None,
-            exact=self.exact, open_tail_requests=self.open_tails, tail_unknown_tokens=self.tail_unknown,
+            exact=self.exact and self.requests > 0, open_tail_requests=self.open_tails, tail_unknown_tokens=self.tail_unknown,
             requests_after_unknown=self.after_unknown, notes=notes,
             acceptance_rate_bounds=bounds,
             inexact_requests=self.inexact, mean_bound_width=self.width / self.bounded if self.bounded else None,

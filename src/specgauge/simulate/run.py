@@ -274,7 +274,8 @@ class ReplayTally:
             what = en("simulate.n.ratio_file", file=Path(cfg.cost_profile).name) if cfg.cost_profile else en("simulate.n.guessed")
             notes.append(en("simulate.n.uncalibrated", what=what))
         return SimulateResult(
-            tokenizer=tok.name, exact=self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
+            # exact: every replayed request had logged token ids, and there was at least one (nothing is not exact)
+            tokenizer=tok.name, exact=self.n > 0 and self.approx == 0, methods=labels, ks=list(cfg.ks), batch_sizes=cfg.batch_sizes,
             overall=_segment("", accs, labels, cfg, profiles, fitted),
             segments={s: _segment(s, accs, labels, cfg, profiles, fitted) for s in segments},
             requests_replayed=self.n, skipped=dict(skipped), notes=notes,
@@ -338,6 +339,15 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     if stream_of is not None:
         tally.notes.append(stream_note(cfg.partition_by, specs))
     return tally.result()
+
+
+def nothing_to_replay(result: SimulateResult, workload: Sequence[Path]) -> str | None:
+    """Why a result replayed nothing (a prompts file, responses without output), as one line naming the
+    files and the skip counts; None when something was replayed."""
+    if result.requests_replayed:
+        return None
+    why = ", ".join(en("simulate.e.skips", n=n, why=reason) for reason, n in result.skipped.items()) or en("simulate.e.no_requests")
+    return en("simulate.e.nothing", files=", ".join(Path(p).name for p in workload), why=why)
 
 
 def server_counts_hint(resp: object) -> dict[str, int]:
