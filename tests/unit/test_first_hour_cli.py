@@ -44,3 +44,63 @@ def test_nothing_replayed_is_not_exact(tmp_path: Path) -> None:
 
     r = simulate(SimulateConfig(workload=[_prompts(tmp_path)], methods=["ngram"], ks=[1]), ApproxTokenizer())
     assert r.requests_replayed == 0 and not r.exact and not any(s.exact for s in r.overall.summaries)
+
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+def _tool_log(tmp_path: Path, ids: bool = False) -> Path:
+    """Two replies of OpenAI tool_calls only (content null) and one of text, as a chat log with responses."""
+    def call(i: int, city: str) -> dict:
+        resp = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call{i}", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 50, "completion_tokens": 20}}
+        if ids:
+            resp["choices"][0]["token_ids"] = [5, 6, 7, 8, 5, 6, 7, 9]
+        return {"request": {"id": f"t{i}", "model": "tiny-target", "tools": WEATHER,
+                            "messages": [{"role": "user", "content": f"Weather in {city}?"}]}, "response": resp}
+    text = {"request": {"id": "x", "model": "tiny-target", "messages": [{"role": "user", "content": "Say hello"}]},
+            "response": {"choices": [{"message": {"role": "assistant", "content": "Hello! Hello there."}, "finish_reason": "stop"}]}}
+    p = tmp_path / ("tools_ids.jsonl" if ids else "tools.jsonl")
+    p.write_text("".join(json.dumps(r) + "\n" for r in (call(1, "Seoul"), call(2, "Busan"), text)))
+    return p
+
+
+def test_tool_call_replies_are_replayed_as_the_template_writes_them(tmp_path: Path) -> None:
+    """Item 2: replies that are OpenAI tool_calls only are output the model generated: replayed (as the chat
+    template writes the calls, labelled approximate), not skipped as 'empty logged output'."""
+    r = cli("simulate", str(_tool_log(tmp_path)), "-m", "ngram", "-k", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["requests_replayed"] == 3 and res["skipped"] == {} and res["exact"] is False
+    assert any("2 logged response(s) held OpenAI tool_calls: replayed as the text hf:tiny-target's chat template" in n
+               for n in res["notes"])
+    shown = cli("simulate", str(_tool_log(tmp_path)), "-m", "ngram", "-k", "2")
+    assert "APPROXIMATE" in shown.stdout and "EXACT" not in shown.stdout and "empty logged output" not in shown.stdout
+    # logged token ids win: exact, and no note about writing the calls back
+    exact = json.loads(cli("simulate", str(_tool_log(tmp_path, ids=True)), "-m", "ngram", "-k", "2", "--json").stdout)
+    assert exact["requests_replayed"] == 3 and not any("tool_calls" in n for n in exact["notes"])
+
+
+def test_reply_text_follows_the_chat_template(tmp_path: Path) -> None:
+    """Item 2: the calls come back as the model's own template writes them — the shipped tiny model's,
+    Qwen2.5's real template (tests/data/chat_templates), and the hermes form without a template."""
+    import shutil
+
+    from specgauge.models import target_dir
+    from specgauge.workload.loaders import load_workload
+    from specgauge.workload.tokenizer import ApproxTokenizer, load_tokenizer, reply_text
+
+    item = load_workload([_tool_log(tmp_path)])[0]
+    calls = item.response.tool_calls
+    qwen = tmp_path / "qwen"
+    qwen.mkdir()
+    shutil.copy(Path(target_dir()) / "tokenizer.json", qwen / "tokenizer.json")
+    shutil.copy(ROOT / "tests/data/chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja", qwen / "chat_template.jinja")
+    want = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Seoul"}}\n</tool_call>'
+    for tok in (load_tokenizer(target_dir()), load_tokenizer(qwen)):
+        assert reply_text(tok, item.request, "", calls) == (want, "template")
+        assert reply_text(tok, item.request, "Checking.", calls) == ("Checking.\n" + want, "template")
+    assert reply_text(ApproxTokenizer(), item.request, "", calls) == (want, "hermes")
+    assert reply_text(ApproxTokenizer(), item.request, "plain", None) == ("plain", None)

@@ -143,6 +143,16 @@ STORED: Entries = {
                                  "ko": "{n}개는 모델을 명시하지 않음: 그 모델의 토크나이저인지 알 수 없습니다"},
     "simulate.n.nothing": {"en": "no request had a logged response with output: nothing to replay",
                            "ko": "출력이 있는 기록된 응답이 없습니다: 재생할 것이 없습니다"},
+    "simulate.n.tool_calls_template": {
+        "en": "{n} logged response(s) held OpenAI tool_calls: replayed as the text {tok}'s chat template writes those calls "
+              "(approximate unless the log has output token ids)",
+        "ko": "기록된 응답 {n}개에 OpenAI tool_calls가 있습니다: {tok}의 채팅 템플릿이 그 호출을 쓰는 텍스트로 재생했습니다 "
+              "(로그에 출력 토큰 ID가 없으면 근사치)"},
+    "simulate.n.tool_calls_hermes": {
+        "en": "{n} logged response(s) held OpenAI tool_calls: replayed as <tool_call> JSON text ({tok} has no chat template; "
+              "approximate unless the log has output token ids — pass --tokenizer with your model's directory)",
+        "ko": "기록된 응답 {n}개에 OpenAI tool_calls가 있습니다: <tool_call> JSON 텍스트로 재생했습니다 ({tok}에 채팅 템플릿이 "
+              "없음; 로그에 출력 토큰 ID가 없으면 근사치 — 모델 디렉터리를 --tokenizer로 넘기세요)"},
     "simulate.e.nothing": {
         "en": "nothing to replay in {files} ({why}): simulate replays the outputs a model logged, so it needs each "
               "request's response (OpenAI JSONL with a response, a Batch API output file, ShareGPT with assistant turns, "

@@ -40,7 +40,7 @@ from specgauge.drafters.base import (
 )
 from specgauge.errors import UserError
 from specgauge.workload.schema import WorkloadItem
-from specgauge.workload.tokenizer import Tokenizer, model_match, resolve_tokenizer
+from specgauge.workload.tokenizer import Tokenizer, model_match, reply_text, resolve_tokenizer
 
 NO_RESPONSE = "no logged response"
 EMPTY_OUTPUT = "empty logged output"
@@ -70,6 +70,9 @@ class ReplayedRequest:
     temperature: float | None = None
     #: the cache it went through (``--partition-by`` value; "" = one stream)
     stream: str = ""
+    #: its logged OpenAI tool calls were written back as text (``workload.tokenizer.reply_text``: "template"
+    #: by the chat template, "hermes" without one); None: none, or token ids were logged
+    tool_calls: str | None = None
 
     @property
     def greedy(self) -> bool:
@@ -80,9 +83,16 @@ class ReplayedRequest:
 def token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int], bool]:
     """(prompt ids, output ids, exact) of an item with a logged response; ids out of ``tok``'s
     vocabulary (when it is exact and knows its size) raise ``ReplayError`` naming the record."""
+    prompt, out, exact, _ = _token_ids(item, tok)
+    return prompt, out, exact
+
+
+def _token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int], bool, str | None]:
+    """``token_ids`` and how the reply's OpenAI tool calls were written back (``reply_text``; None: ids
+    logged, or no calls)."""
     req, resp = item.request, item.response
     assert resp is not None
-    exact = True
+    exact, calls = True, None
     if resp.prompt_token_ids is not None:
         prompt = list(resp.prompt_token_ids)
     else:
@@ -90,8 +100,9 @@ def token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int],
         exact = tok.exact and isinstance(req.prompt, list)  # re-rendered chat prompts are approximate
     if resp.output_token_ids is not None:
         out = list(resp.output_token_ids)
-    else:
-        out, exact = tok.encode(resp.text), False
+    else:  # a reply of tool calls only is output the model generated too: written back as it wrote them
+        text, calls = reply_text(tok, req, resp.text, resp.tool_calls)
+        out, exact = tok.encode(text), False
     vs = tok.vocab_size
     if vs is not None and tok.exact:
         for field, ids in (("response.prompt_token_ids", prompt), ("response.output_token_ids", out)):
@@ -101,7 +112,7 @@ def token_ids(item: WorkloadItem, tok: Tokenizer) -> tuple[list[int], list[int],
                     f"{item.source}: request {req.id}: {field}: token id {bad} is outside the tokenizer's vocabulary "
                     f"(size {vs}); were these ids made by another model's tokenizer?"
                 )
-    return prompt, out, exact
+    return prompt, out, exact, calls
 
 
 def replayed_request(item: WorkloadItem, tok: Tokenizer, stream: str = "") -> ReplayedRequest | str:
@@ -109,12 +120,12 @@ def replayed_request(item: WorkloadItem, tok: Tokenizer, stream: str = "") -> Re
     ``EMPTY_OUTPUT``)."""
     if item.response is None:
         return NO_RESPONSE
-    prompt, out, exact = token_ids(item, tok)
+    prompt, out, exact, calls = _token_ids(item, tok)
     if not out:
         return EMPTY_OUTPUT
     req = item.request
     return ReplayedRequest(req.id, item.source, req.segment, prompt, out, exact,
-                           None if exact else model_match(tok, item.named_model()), req.temperature, stream)
+                           None if exact else model_match(tok, item.named_model()), req.temperature, stream, calls)
 
 
 # ------------------------------------------------------------------------------------------- methods

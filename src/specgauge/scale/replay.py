@@ -295,7 +295,7 @@ def _merge(tally: ReplayTally, rows_ds: Any, gens: list[Any], cfg: SimulateConfi
         elif kind == "idserror":
             raise T.rebuild_error(head)
         else:
-            tally.begin_request(head["exact"], T.match_value(head["match"]))
+            tally.begin_request(head["exact"], T.match_value(head["match"]), head["calls"] or None)
             for r in rows[1:]:
                 if r["role"] == "error":
                     raise T.rebuild_error(r)

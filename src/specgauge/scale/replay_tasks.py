@@ -45,6 +45,7 @@ _SKIP_KIND = {NO_RESPONSE: "noresp", EMPTY_OUTPUT: "empty"}
 RECORDS = pa.schema([
     ("seq", pa.int64()), ("kind", pa.string()), ("id", pa.string()), ("source", pa.string()),
     ("segment", pa.string()), ("stream", pa.string()), ("exact", pa.bool_()), ("match", pa.int8()),
+    ("calls", pa.string()),  # ReplayedRequest.tool_calls ("" = None)
     ("prompt", pa.list_(pa.int32())), ("out", pa.list_(pa.int32())),
     ("err_class", pa.string()), ("err_field", pa.string()), ("err_msg", pa.string()),
 ])
@@ -52,7 +53,7 @@ RECORDS = pa.schema([
 ROWS = pa.schema([
     ("seq", pa.int64()), ("midx", pa.int32()), ("k", pa.int32()), ("role", pa.string()),
     ("kind", pa.string()), ("id", pa.string()), ("source", pa.string()), ("segment", pa.string()),
-    ("exact", pa.bool_()), ("match", pa.int8()),
+    ("exact", pa.bool_()), ("match", pa.int8()), ("calls", pa.string()),
     ("err_class", pa.string()), ("err_field", pa.string()), ("err_msg", pa.string()),
     ("drafts", pa.int64()), ("draft_tokens", pa.int64()), ("accepted_tokens", pa.int64()),  # for split checks
     ("ra", pa.string()),  # the RequestAcceptance row, JSON
@@ -188,7 +189,7 @@ def read_files(batch: pa.Table, cfg_json: str, batch_outputs: Sequence[str], blo
             else:
                 if isinstance(rr, ReplayedRequest):
                     row.update(kind="item", exact=rr.exact, prompt=rr.prompt_ids, out=rr.output_ids,
-                               match=_match_code(rr.model_match))
+                               match=_match_code(rr.model_match), calls=rr.tool_calls or "")
                     buf.tokens += len(rr.prompt_ids) + len(rr.output_ids)
                 else:
                     row["kind"] = _SKIP_KIND[rr]
@@ -241,7 +242,7 @@ class PerRequestReplay:
         buf = _Columns(ROWS)
         for r in batch.to_pylist():
             buf.add(seq=r["seq"], midx=HEADER, k=0, role="header", kind=r["kind"], id=r["id"], source=r["source"],
-                    segment=r["segment"], exact=r["exact"], match=r["match"], err_class=r["err_class"],
+                    segment=r["segment"], exact=r["exact"], match=r["match"], calls=r["calls"], err_class=r["err_class"],
                     err_field=r["err_field"], err_msg=r["err_msg"])
             if r["kind"] != "item":
                 continue

@@ -195,6 +195,7 @@ class ReplayTally:
         self.skipped: Counter[str] = Counter()
         self.n = self.approx = 0
         self.approx_models: Counter[str] = Counter()  # re-tokenised requests: own / other model's tokenizer / unknown
+        self.tool_calls: Counter[str] = Counter()  # replies whose tool calls were written back: template / hermes
         self.notes: list[str] = []
         self._sink = open(cfg.per_request_out, "a", encoding="utf-8") if cfg.per_request_out else None
         #: for the calibrated law: the replayed requests and their traces per (method, k), kept from this
@@ -222,9 +223,12 @@ class ReplayTally:
             for k, trace in traces.items():
                 self.kept_traces.setdefault((label, k), []).append(trace)
 
-    def begin_request(self, exact: bool, model_match: bool | None) -> None:
+    def begin_request(self, exact: bool, model_match: bool | None, tool_calls: str | None = None) -> None:
         """A request with output is about to be replayed; ``model_match`` (re-tokenised ones): is the
-        tokenizer its model's (None: it names no model)."""
+        tokenizer its model's (None: it names no model); ``tool_calls``: how its logged tool calls were
+        written back as text (``ReplayedRequest.tool_calls``)."""
+        if tool_calls is not None:
+            self.tool_calls[tool_calls] += 1
         if not exact:
             self.approx += 1
             self.approx_models["unknown" if model_match is None else "own" if model_match else "other"] += 1
@@ -262,6 +266,8 @@ class ReplayTally:
             whose = [en(f"simulate.n.whose_{who}", n=approx_models[who]) for who in ("own", "other", "unknown")
                      if approx_models[who]]
             notes.append(en("simulate.n.approx", n=self.approx, tok=describe_tokenizer(tok), whose="; ".join(whose)))
+        for how, n in sorted(self.tool_calls.items()):  # approximate like any re-tokenised reply, and said why
+            notes.append(en(f"simulate.n.tool_calls_{how}", n=n, tok=tok.name))
         if self.n == 0:
             notes.append(en("simulate.n.nothing"))
         accs, labels, profiles = self.accs, self.labels, self.profiles
@@ -319,7 +325,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
             if isinstance(req, str):
                 tally.skip_request(req, item.request.segment)
                 continue
-            tally.begin_request(req.exact, req.model_match)
+            tally.begin_request(req.exact, req.model_match, req.tool_calls)
             for r in runners:
                 if r.spec.probabilistic and (req.temperature or 0) > 0:
                     if item.response is None or item.response.top_logprobs is None:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from specgauge.distributions import describe
 from specgauge.i18n import en
 from specgauge.workload.schema import Response, WorkloadItem
-from specgauge.workload.tokenizer import Tokenizer, model_match
+from specgauge.workload.tokenizer import Tokenizer, model_match, reply_text
 from specgauge.workload.tokenizer import describe as describe_tokenizer
 
 COPY_NGRAM = 3
@@ -333,8 +333,8 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
             if resp.output_token_ids is not None:
                 output_ids = resp.output_token_ids
                 sources["output: log"] += 1
-            elif resp.text:
-                output_ids = tokenizer.encode(resp.text)  # copy overlap needs ids even when usage gives the count
+            elif resp.text or resp.tool_calls:  # copy overlap needs ids even when usage gives the count
+                output_ids = tokenizer.encode(reply_text(tokenizer, req, resp.text, resp.tool_calls)[0])
                 sources["output: usage" if has_usage else "output: tokenizer"] += 1
                 by_tokenizer |= not has_usage
             if has_usage:

@@ -116,6 +116,36 @@ class HFTokenizer:
     def render_chat(self, request: Request) -> str:
         if self.chat_template is None:
             raise TokenizerError(f"{self.name}: the tokenizer has no chat template; cannot render chat request {request.id}")
+        messages = [m.model_dump(exclude_none=True) for m in request.messages or []]
+        try:
+            return self._render(messages, request.tools, add_generation_prompt=True)
+        except Exception as e:  # a template error names the request, never a traceback
+            raise TokenizerError(f"request {request.id}: chat template failed: {e}") from None
+
+    def render_reply(self, request: Request, content: str, tool_calls: list[dict[str, Any]]) -> str | None:
+        """The assistant turn ``content`` + ``tool_calls`` as this chat template writes it, without the
+        turn's opening and closing markers. The template renders the conversation once with that reply
+        and once with a marker string as the reply's only content; the marker splits the second into the
+        turn's opening (``…<|im_start|>assistant\n``) and closing (``<|im_end|>\n``), and the reply is what
+        the first holds between them. None when the tokenizer has no chat template, the template refuses
+        the turn, or it does not write it between the same opening and closing."""
+        if self.chat_template is None or request.api is not ApiKind.chat:
+            return None
+        history = [m.model_dump(exclude_none=True) for m in request.messages or []]
+        calls = [_parsed_arguments(c) for c in tool_calls]
+        try:
+            full = self._render([*history, {"role": "assistant", "content": content, "tool_calls": calls}],
+                                request.tools, add_generation_prompt=False)
+            marked = self._render([*history, {"role": "assistant", "content": _MARK}], request.tools,
+                                  add_generation_prompt=False)
+        except Exception:  # the template cannot write such a turn: the caller falls back
+            return None
+        opening, found, closing = marked.partition(_MARK)
+        if not found or not full.startswith(opening) or not full.endswith(closing) or len(full) < len(opening) + len(closing):
+            return None
+        return full[len(opening):len(full) - len(closing)]
+
+    def _render(self, messages: list[dict[str, Any]], tools: Any, add_generation_prompt: bool) -> str:
         if self._compiled is None:
             from jinja2.exceptions import TemplateError
             from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -129,15 +159,8 @@ class HFTokenizer:
             )
             env.globals["raise_exception"] = raise_exception
             self._compiled = env.from_string(self.chat_template)
-        messages = [m.model_dump(exclude_none=True) for m in request.messages or []]
-        try:
-            return str(
-                self._compiled.render(
-                    messages=messages, tools=request.tools, add_generation_prompt=True, **self._special
-                )
-            )
-        except Exception as e:  # a template error names the request, never a traceback
-            raise TokenizerError(f"request {request.id}: chat template failed: {e}") from None
+        return str(self._compiled.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                         **self._special))
 
     def encode_request(self, request: Request) -> list[int]:
         if request.api is ApiKind.chat:
@@ -151,6 +174,48 @@ class HFTokenizer:
             if bid is not None:
                 ids = [bid, *ids]
         return ids
+
+
+#: the content of the reply that locates a turn's opening and closing in a rendered conversation
+_MARK = "\ue000specgauge-reply\ue000"
+
+
+def _parsed_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool call with its ``arguments`` JSON string parsed, as vLLM hands it to chat templates
+    (they write ``arguments | tojson``); left as it is when it is not JSON."""
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        args = json.loads(fn["arguments"])
+    except ValueError:
+        return call
+    return {**call, "function": {**fn, "arguments": args}}
+
+
+def hermes_tool_calls(tool_calls: list[dict[str, Any]]) -> str:
+    """OpenAI tool calls written the hermes / Qwen way (``<tool_call>\n{"name": …, "arguments": …}\n</tool_call>``),
+    for a tokenizer without a chat template."""
+    parts = []
+    for call in tool_calls:
+        fn = _parsed_arguments(call).get("function") or {}
+        parts.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")},
+                                                  ensure_ascii=False) + "\n</tool_call>")
+    return "\n".join(parts)
+
+
+def reply_text(tok: Tokenizer, request: Request, text: str, tool_calls: list[dict[str, Any]] | None) -> tuple[str, str | None]:
+    """What a model generated, as text, when the log has its reply but no token ids: ``text``, and its
+    OpenAI ``tool_calls`` written back as the model wrote them — by ``tok``'s chat template where it has
+    one, else the hermes form. Returns (text, how the calls were written: "template" / "hermes", None
+    when there were none). Always an approximation of the generated tokens (the caller labels it)."""
+    if not tool_calls:
+        return text, None
+    render = getattr(tok, "render_reply", None)
+    rendered = render(request, text, tool_calls) if render is not None else None
+    if rendered:
+        return rendered, "template"
+    return (text + "\n" if text else "") + hermes_tool_calls(tool_calls), "hermes"
 
 
 def _recorded_names(d: Path, tokenizer_cfg: dict[str, Any]) -> list[str]:
