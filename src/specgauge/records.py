@@ -15,7 +15,7 @@ import math
 import os
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -128,6 +128,31 @@ class SpecCounts(BaseModel):
         return out
 
 
+class ToolCall(BaseModel):
+    """One tool call of a response (OpenAI ``tool_calls``, assembled from its streamed deltas): the
+    function's name and its arguments as the server sent them (JSON text, not parsed)."""
+
+    name: str | None = None
+    arguments: str = ""
+    id: str | None = None
+
+
+class OutputCheck(BaseModel):
+    """Whether a response's structured output is what its request asked for (``specgauge.structured``):
+    tool calls that name an offered function with arguments valid against its schema, or a JSON
+    document valid against ``response_format``'s. ``valid`` None: nothing to judge (an ``auto`` tool
+    choice answered in text; a request whose schema is no JSON Schema, ``error`` says so)."""
+
+    kind: Literal["tool_call", "json"]
+    valid: bool | None
+    items: int = 0  #: tool calls / JSON documents looked at
+    error: str | None = None  #: the first problem, one line (English, stored; shown translated)
+
+
+#: RequestRecord fields written only when set (records of runs without them keep their bytes)
+_OPTIONAL_RECORD_FIELDS = ("tool_calls", "output_check")
+
+
 class RequestRecord(BaseModel):
     """One finished (or failed) request: one line of ``results.jsonl``."""
 
@@ -155,6 +180,16 @@ class RequestRecord(BaseModel):
     text: str = ""
     spec: SpecCounts | None = None  #: the server's per-request speculative counts, where exposed
     extra: dict[str, Any] = Field(default_factory=dict)  #: dialect extras (timings, meta_info…)
+    tool_calls: list[ToolCall] | None = None  #: OpenAI ``tool_calls`` of the response, where it made any
+    output_check: OutputCheck | None = None  #: tool calls / JSON checked against the request's schema
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        d: dict[str, Any] = handler(self)
+        for k in _OPTIONAL_RECORD_FIELDS:
+            if k in d and d[k] is None:
+                del d[k]
+        return d
 
     @property
     def client_queue_s(self) -> float:
@@ -271,6 +306,7 @@ class SpecgaugeSummary(BaseModel):
     segments: dict[str, Any] = Field(default_factory=dict)
     memory: dict[str, Any] = Field(default_factory=dict)
     replay_check: dict[str, Any] | None = None  #: ``stats.replay_check.ReplayCheck``
+    structured_outputs: dict[str, Any] | None = None  #: ``stats.outputs.outputs_summary`` (None: none asked for)
 
 
 #: the traffic keys ``vllm bench serve --save-result`` writes, in its order

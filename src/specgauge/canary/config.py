@@ -13,7 +13,7 @@ from specgauge.paths import public_url
 from specgauge.units import parse_duration  # noqa: F401  (the one duration grammar; cli.canary imports it here)
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
-GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance")
+GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance", "structured_outputs")
 def parse_steps(text: str, flag: str = "--steps") -> list[float]:
     """``1,5,25,50,100`` -> [1.0, 5.0, 25.0, 50.0, 100.0]: increasing percentages in (0, 100]."""
     try:

@@ -44,6 +44,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.canary.config import JudgeConfig
+from specgauge.canary.field_checks import field_checks
 from specgauge.canary.window import PairResult, Sample
 from specgauge.records import SpecCounts
 from specgauge.stats.shift import (
@@ -277,6 +278,7 @@ def judge_window(inp: WindowInput, cfg: JudgeConfig) -> Judgement:
     counts = {"baseline": len(base), "candidate": len(cand), "baseline_ok": len(b_ok), "candidate_ok": len(c_ok),
               "pairs": len(inp.pairs)}
     checks = _guardrails(cand, inp, cfg)
+    checks += [Check(**c) for c in field_checks(base, cand, inp.baseline_expected, cfg)]
     speed: str | None = None
     speed_metric: str | None = None
     findings: dict[str, str] = {}

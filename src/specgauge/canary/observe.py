@@ -19,6 +19,7 @@ from specgauge.loadgen.runner import (
     RequestFailed,
     StreamState,
     _error_message,
+    add_tool_deltas,
     apply_payloads,
     stream_record,
 )
@@ -117,6 +118,8 @@ class Capture:
             piece = msg.get("content") if isinstance(msg, dict) else c.get("text")
             if isinstance(piece, str):
                 st.text.append(piece)
+            if isinstance(msg, dict):
+                add_tool_deltas(st, msg.get("tool_calls"))
             if c.get("finish_reason"):
                 st.finish_reason = c["finish_reason"]
         for k in ("usage", "metrics", "timings", "meta_info"):

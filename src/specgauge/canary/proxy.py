@@ -57,6 +57,7 @@ from specgauge.canary.observe import Capture, Role, Side, build_record
 from specgauge.canary.routing import Router, session_key, to_candidate
 from specgauge.loadgen.runner import classify_failure
 from specgauge.records import FailureKind, RequestRecord
+from specgauge.structured import check_body
 
 TAG_HEADER = "X-Specgauge-Canary"
 _REQ_DROP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -363,8 +364,11 @@ class Proxy:
     def _record(self, req: RoutedRequest, cap: Capture, side: Side, role: Role, started: float, failure: tuple[FailureKind, str] | None,
                 status: int | None, e2e: float | None, *, retried: bool, bytes_sent: bool, client_gone: bool = False) -> RequestRecord:
         facts = self._canary_facts(req, side, role, retried_on_baseline=retried, bytes_sent=bytes_sent, client_gone=client_gone)
-        return build_record(cap, rid=req.rid, seq=req.seq, t0_perf=self.t0_perf, started_at=started, failure=failure,
-                            http_status=status, e2e_s=e2e, canary=facts)
+        rec = build_record(cap, rid=req.rid, seq=req.seq, t0_perf=self.t0_perf, started_at=started, failure=failure,
+                           http_status=status, e2e_s=e2e, canary=facts)
+        if rec.ok and req.obj is not None:
+            rec.output_check = check_body(req.obj, rec.text, rec.tool_calls, rec.finish_reason)
+        return rec
 
     def _emit(self, side: Side, role: Role, rec: RequestRecord, req: RoutedRequest, *, gone: bool = False, client_err: bool = False) -> None:
         client_err = client_err or (not rec.ok and client_error(rec.http_status) and side is Side.baseline)

@@ -29,12 +29,16 @@ class Sample:
     tpot: float | None
     e2e: float | None
     spec: SpecCounts | None = None
+    invalid: bool | None = None  #: its structured output broke the request's schema (None: not judged)
+    error: str | None = None  #: what broke, when ``invalid``
 
     @classmethod
     def of(cls, rec: RequestRecord, role: Role) -> Sample:
+        oc = rec.output_check if rec.ok else None
+        invalid = None if oc is None or oc.valid is None else not oc.valid
         return cls(role=role, ok=rec.ok, failure=rec.failure.value if rec.failure is not None else None,
                    ttft=rec.ttft_s if rec.ok and rec.chunks else None, tpot=tpot(rec), e2e=rec.e2e_s if rec.ok else None,
-                   spec=rec.spec)
+                   spec=rec.spec, invalid=invalid, error=oc.error if invalid else None)
 
 
 @dataclass(slots=True)

@@ -122,7 +122,8 @@ def en(key: str, **params: object) -> str:
 #: placeholders that always hold a formatted number (``1.234×``, ``-4.8``, ``1e-05``, ``n/a``): matched as
 #: numbers, so a reason with several free-text parts splits in one way only
 NUMERIC_PARAMS = frozenset({"est", "lo", "hi", "m", "base", "cand", "d", "limit", "n", "need", "k", "pct", "tol", "more",
-                            "total", "b", "p", "alpha", "stat", "mean", "c", "u", "thr", "upto", "from_c", "c0", "c1", "cx", "pos", "prompt", "live", "rep", "srv"})
+                            "total", "b", "p", "alpha", "stat", "mean", "c", "u", "thr", "upto", "from_c", "c0", "c1", "cx", "pos", "prompt", "live", "rep", "srv",
+                            "kb", "nb", "kc", "nc"})
 _NUMBER = r"[-+±]?(?:n/a|\d[\d.,]*(?:e[-+]?\d+)?)(?:×| ?%)?"
 
 

@@ -30,10 +30,11 @@ from specgauge.loadgen.dialects import Dialect
 from specgauge.loadgen.hooked import Sink, read_hooked as _read_hooked
 from specgauge.loadgen.sse import MalformedSSE, SSEParser
 from specgauge.loadgen.stream import (  # noqa: F401  (re-exported: the canary proxy and tests import them from here)
-    RequestFailed, StreamState, _assign_counts, _error_message, _output_of, _Stream, apply_events, apply_payloads,
+    RequestFailed, StreamState, _assign_counts, _error_message, _output_of, _Stream, add_tool_deltas, apply_events, apply_payloads,
     classify_failure, stream_record,
 )
 from specgauge.records import FailureKind, RequestRecord
+from specgauge.structured import check_output, expectation
 from specgauge.workload.schema import ApiKind, Request
 
 ENDPOINTS = {ApiKind.chat: "/v1/chat/completions", ApiKind.completion: "/v1/completions"}
@@ -207,6 +208,9 @@ class Runner:
         rec = stream_record(st, self.dialect, id=req.id, segment=req.segment, index=index, scheduled_s=scheduled_s,
                             sent_s=sent_s, ready_s=ready_s, started_at=started_at, failure=failure, error=error,
                             http_status=status, e2e_s=e2e, elapsed_s=elapsed)
+        if rec.ok and (req.tools or req.extra):
+            rec.output_check = check_output(expectation({**req.extra, "tools": req.tools, "tool_choice": req.tool_choice}),
+                                            rec.text, rec.tool_calls, rec.finish_reason)
         if self.on_record is not None:
             self.on_record(rec)
         return rec

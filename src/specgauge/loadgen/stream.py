@@ -22,7 +22,7 @@ import orjson
 
 from specgauge.loadgen.dialects import Dialect
 from specgauge.loadgen.sse import MalformedSSE, SSEEvent
-from specgauge.records import Chunk, FailureKind, RequestRecord, SpecCounts, TokenCountSource
+from specgauge.records import Chunk, FailureKind, RequestRecord, SpecCounts, TokenCountSource, ToolCall
 
 _FINAL_KEYS = ("usage", "metrics", "timings", "meta_info")
 _loads = orjson.loads  # reads bytes, checks UTF-8; ~3x json's speed on a stream chunk
@@ -45,9 +45,41 @@ class _Stream:
     done: bool = False
     token_ids: list[int] = field(default_factory=list)  #: output token ids, where the server streams them
     prompt_ids: list[int] | None = None  #: prompt token ids, where the server returns them
+    calls: dict[int, list[Any]] = field(default_factory=dict)  #: tool call index -> [id, name, argument pieces]
 
 
 StreamState = _Stream  #: public name: the canary proxy fills one per proxied response
+
+
+def add_tool_deltas(st: _Stream, deltas: Any) -> None:
+    """OpenAI streamed ``delta.tool_calls`` (or a whole message's ``tool_calls``) into ``st.calls``:
+    per call ``index``, the id and name where they come, the argument text piece by piece."""
+    if type(deltas) is not list:
+        return
+    for i, d in enumerate(deltas):
+        if type(d) is not dict:
+            continue
+        idx = d.get("index")
+        entry = st.calls.setdefault(idx if type(idx) is int else i, [None, None, []])
+        if d.get("id"):
+            entry[0] = d["id"]
+        fn = d.get("function")
+        if type(fn) is dict:
+            name = fn.get("name")
+            if name and name != entry[1]:
+                entry[1] = name if entry[1] is None else entry[1] + name
+            args = fn.get("arguments")
+            if type(args) is str:
+                entry[2].append(args)
+            elif args is not None:  # some servers send the arguments as an object
+                entry[2].append(json.dumps(args))
+
+
+def tool_calls_of(st: _Stream) -> list[ToolCall] | None:
+    """The response's assembled tool calls, in index order; None when it made none."""
+    if not st.calls:
+        return None
+    return [ToolCall(id=c[0], name=c[1], arguments="".join(c[2])) for _, c in sorted(st.calls.items())]
 
 
 def _output_of(choices: list[Any], st: _Stream) -> bool:
@@ -64,6 +96,8 @@ def _output_of(choices: list[Any], st: _Stream) -> bool:
                 has = True
             elif d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls"):
                 has = True
+            if d.get("tool_calls"):
+                add_tool_deltas(st, d["tool_calls"])
         else:
             piece = c.get("text")
             if piece:
@@ -206,6 +240,8 @@ def apply_payload(payload: bytes | str, t: float, st: _Stream, status: int,
                             has_out = True
                         elif d.reasoning_content or d.reasoning or d.tool_calls:
                             has_out = True
+                        if d.tool_calls:
+                            add_tool_deltas(st, d.tool_calls)
                     else:
                         piece = c.text
                         if piece:
@@ -342,4 +378,6 @@ def stream_record(st: _Stream, dialect: Dialect, *, failure: FailureKind | None,
         text="".join(st.text),
         spec=spec,
         extra=extra,
+        tool_calls=tool_calls_of(st),
+        output_check=None,
     )

@@ -13,6 +13,7 @@ from typing import Any
 from rich.cells import cell_len
 
 from specgauge.i18n import t, translate, use_lang
+from specgauge.report.field_console import bench_lines
 
 WIDTH = 50
 LABEL = 40
@@ -91,6 +92,7 @@ def _format(s: dict[str, Any]) -> str:
         if ag.get("compared"):
             row(t("bench.agree"), t("bench.yes") if ag["equal"] else t("bench.no"))
     lines.extend(_replay_check(g.get("replay_check") or {}, "spec_decode_acceptance_rate" in s))
+    lines.extend(bench_lines(g))
     _memory(g.get("memory") or {}, lines, row)
     for w in g.get("warnings", []):
         lines.append(t("bench.warning", text=translate(w)))

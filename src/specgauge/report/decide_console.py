@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specgauge.i18n import t, translate, use_lang
+from specgauge.report.field_console import render_compare as render_field
 from specgauge.stats.compare import CI, GroupComparison
 from specgauge.stats.verdict import ComparisonResult, GroupVerdict, band
 
@@ -126,6 +127,7 @@ def _render(r: ComparisonResult, console: Console, mismatches: int) -> None:
             console.print(escape(t("compare.acceptance_na", why=translate(o.acceptance.reason or ""))), highlight=False)
         _render_equivalence(r, console, mismatches)
         _render_memory(r, console)
+        render_field(r, console)
     for n in r.notes:
         console.print(f"[yellow]{escape(t('compare.note'))}[/yellow] {escape(translate(n))}", highlight=False)
     console.print()

@@ -14,6 +14,8 @@ Figures, candidate against baseline, per segment and overall:
   both durations are known.
 - TTFT / TPOT / E2E at p50 and p95: candidate − baseline in ms (negative = candidate faster).
 - failure rate: candidate − baseline, over the requests each run sent (paired by id where possible).
+- structured outputs: requests whose tool calls / JSON broke their request's schema, both sides,
+  with Fisher's exact test (``stats.outputs``).
 - the candidate's acceptance (rate, MAL, per position) from its per-request speculative counts, or,
   when the server gave none, from the run's /metrics counter diff (overall only; ``origin`` says which).
 CIs: percentile bootstrap, ``resamples`` ≥ 2000 index sets drawn with numpy's seeded generator,
@@ -33,6 +35,8 @@ from specgauge.i18n import en
 from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.equivalence import EquivalenceResult
 from specgauge.stats.latency import tpot
+from specgauge.stats.outputs import compare_outputs
+from specgauge.stats.rates import RateComparison
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 LATENCY_STATS = {"p50": 50.0, "p95": 95.0}
@@ -153,6 +157,8 @@ class GroupComparison(BaseModel):
     failure_rate_diff: CI
     acceptance: AcceptanceStats
     equivalence: EquivalenceResult | None = None  #: filled in by ``verdict.decide``
+    #: requests whose tool calls / JSON broke their request's schema, both sides (``stats.outputs``)
+    outputs: RateComparison | None = None
     notes: list[str] = Field(default_factory=list)
 
     def metric(self, key: str) -> MetricDelta | None:
@@ -357,6 +363,7 @@ def compare_group(
         failure_rate_baseline=nb_fail / len(baseline) if baseline else None,
         failure_rate_candidate=nc_fail / len(candidate) if candidate else None,
         failure_rate_diff=fdiff, acceptance=AcceptanceStats.of(candidate, candidate_counters), notes=notes,
+        outputs=compare_outputs(baseline, candidate),
     )
 
 

@@ -28,6 +28,7 @@ from specgauge.records import (
 )
 from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
 from specgauge.stats.latency import LatencyMetrics, latency_metrics
+from specgauge.stats.outputs import outputs_summary
 from specgauge.stats.server_memory import server_memory, session_logs
 
 
@@ -97,9 +98,11 @@ def summarize(
             seg: {
                 "latency": latency_metrics(rs, dur, pcts, goodput or None).to_json(),
                 "acceptance": acceptance_summary(rs, pcts),
+                **({"structured_outputs": so} if (so := outputs_summary(rs)) is not None else {}),
             }
             for seg, rs in sorted(_segments(records).items())
         },
+        structured_outputs=outputs_summary(records),
         memory={
             "device": sessions[-1].memory if sessions else None,
             "kv_cache": _kv_summary(sessions),

@@ -18,7 +18,8 @@ The chosen latency statistic (``--latency-metric``, e.g. E2E p95) can also justi
 margin: its CI of candidate − baseline must lie entirely below −(1 − 1/m) × the baseline's value.
 
 Other rules: NO-GO when the candidate misses an SLO (``--slo e2e_p95_ms=…``), its failure rate is
-higher by more than ``max_failure_increase`` with a CI excluding 0, or at temperature 0 more than
+higher by more than ``max_failure_increase`` with a CI excluding 0, more of its structured outputs
+(tool calls, JSON) break their request's schema (Fisher one-sided p < ``alpha``), or at temperature 0 more than
 ``max_divergence`` of the output pairs differ. GO also needs nothing blocking it (fewer than
 ``min_pairs`` pairs, an unsure failure-rate rise, a sampled-output distribution that differs, an SLO
 that cannot be checked); a blocked gain is INCONCLUSIVE. Below ``min_pairs`` no CI is acted upon.
@@ -73,6 +74,7 @@ class VerdictCriteria(BaseModel):
     min_speedup: float = Field(default=MIN_SPEEDUP, gt=0, description="practical margin: the speedup worth turning speculation on for")
     max_failure_increase: float = Field(default=0.005, ge=0, le=1, description="failure-rate rise tolerated (absolute)")
     max_divergence: float = Field(default=0.02, ge=0, le=1, description="temperature-0 mismatch share tolerated")
+    max_invalid_increase: float = Field(default=0.0, ge=0, le=1, description="rise (absolute) of the share of structured outputs that break their schema tolerated")
     min_pairs: int = Field(default=10, ge=1)
     alpha: float = Field(default=0.01, gt=0, lt=1, description="significance for the sampled-output tests")
 
@@ -291,12 +293,29 @@ def _judge_failures(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) ->
         fx.notes.append(en("verdict.fail_tolerated", n=g.candidate_failed, b=g.baseline_failed))
 
 
+def _judge_outputs(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> None:
+    """NO-GO when the candidate breaks more structured outputs (Fisher one-sided p < alpha)."""
+    o = g.outputs
+    if o is None or not o.candidate_n:
+        return
+    rates = {"kb": o.baseline_k, "nb": o.baseline_n, "kc": o.candidate_k, "nc": o.candidate_n,
+             "p": "n/a" if o.p_value is None else f"{o.p_value:.2g}"}
+    if o.worse(crit.alpha, crit.max_invalid_increase):
+        first = o.examples[0] if o.examples else ""
+        fx.nogo.append(en("verdict.outputs_worse", **rates, alpha=f"{crit.alpha:g}", first=first))
+    elif o.candidate_k > o.baseline_k and (o.baseline_n and o.candidate_k / o.candidate_n > o.baseline_k / o.baseline_n):
+        fx.notes.append(en("verdict.outputs_more", **rates))
+    else:
+        fx.notes.append(en("verdict.outputs_same", **rates))
+
+
 def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
     fx = _Findings()
     finding = _judge_speedup(g, crit, fx)
     _judge_latency(g, crit, fx)
     _judge_slos(g, crit, fx)
     _judge_failures(g, crit, fx)
+    _judge_outputs(g, crit, fx)
     _equivalence(g.equivalence, crit, fx.nogo, fx.block, fx.notes)
     if fx.nogo:
         verdict, reasons = Verdict.NO_GO, fx.nogo + fx.soft

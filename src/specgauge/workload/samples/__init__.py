@@ -18,8 +18,8 @@ def sample_logged_path() -> pathlib.Path:
     return pathlib.Path(__file__).with_name("sample_logged.jsonl")
 
 
-__all__ = ["SEGMENTS", "LANGS", "GENERATOR", "generate_pairs", "sample_path", "write_sample", "corpus_texts",
-           "render_text"]
+__all__ = ["SEGMENTS", "STRUCTURED_SEGMENTS", "LANGS", "GENERATOR", "generate_pairs", "generate_structured_pairs",
+           "sample_path", "structured_sample_path", "write_sample", "corpus_texts", "render_text"]
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ class Example:
     messages: list[dict[str, Any]]
     answer: str
     tools: list[dict[str, Any]] | None = None
+    response_format: dict[str, Any] | None = None  #: OpenAI ``response_format`` (the structured-output segment)
     #: free-form facts about how the example was built (scenario name…), kept out of the request
     info: dict[str, Any] = field(default_factory=dict)
 

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import _code, _logs, _rag, _support, _tools
+from . import _code, _logs, _rag, _structured, _support, _tools
 from ._common import Example
 
 GENERATOR = "specgauge-sample-v1"
@@ -34,12 +34,15 @@ SEGMENTS = ("support_summary", "code_review", "rag_answer", "agent_logs", "tool_
 LANGS = ("en", "ko")
 BUILDERS: dict[str, Callable[[random.Random, str], Example]] = {
     "support_summary": _support.build, "code_review": _code.build, "rag_answer": _rag.build,
-    "agent_logs": _logs.build, "tool_calling": _tools.build,
+    "agent_logs": _logs.build, "tool_calling": _tools.build, "json_extract": _structured.build,
 }
+#: segments shipped apart (``sample_structured.jsonl``): requests with a JSON Schema in ``response_format``
+STRUCTURED_SEGMENTS = ("json_extract",)
 #: max_tokens a client of each segment would send; the smallest that fits the answer is preferred
 MAX_TOKENS: dict[str, tuple[int, ...]] = {
     "support_summary": (192, 256, 320, 384), "code_review": (256, 384, 512),
     "rag_answer": (128, 192, 256, 320), "agent_logs": (320, 384, 512), "tool_calling": (96, 128, 192, 256),
+    "json_extract": (128, 192, 256),
 }
 ARRIVAL_RATE = 4.0  # requests per second, Poisson
 GREEDY_SHARE = 0.6  # share of temperature-0 requests in every segment x language cell
@@ -105,10 +108,20 @@ def generate_pairs(seed: int = 0, per_cell: int = 24) -> Iterator[tuple[dict[str
 
     Lines come in arrival order: segments interleaved, ``arrival_time`` from a Poisson process of
     ``ARRIVAL_RATE`` requests per second starting at 0."""
+    return _pairs(SEGMENTS, seed, per_cell, f"{GENERATOR}/{seed}/arrivals")
+
+
+def generate_structured_pairs(seed: int = 0, per_cell: int = 12) -> Iterator[tuple[dict[str, Any], str]]:
+    """``generate_pairs`` for the structured-output segments (``STRUCTURED_SEGMENTS``: requests with a
+    JSON Schema in ``response_format``), the shipped ``sample_structured.jsonl``; their own arrivals."""
+    return _pairs(STRUCTURED_SEGMENTS, seed, per_cell, f"{GENERATOR}/{seed}/structured/arrivals")
+
+
+def _pairs(segments: tuple[str, ...], seed: int, per_cell: int, clock_key: str) -> Iterator[tuple[dict[str, Any], str]]:
     if not isinstance(per_cell, int) or isinstance(per_cell, bool) or per_cell < 1:
         raise ValueError(f"per_cell must be a positive integer, got {per_cell!r}")
     items: list[tuple[dict[str, Any], str]] = []
-    for segment in SEGMENTS:
+    for segment in segments:
         for lang in LANGS:
             cell = f"{GENERATOR}/{seed}/{segment}/{lang}"
             greedy = [i < round(GREEDY_SHARE * per_cell) for i in range(per_cell)]
@@ -122,8 +135,14 @@ def generate_pairs(seed: int = 0, per_cell: int = 24) -> Iterator[tuple[dict[str
                 line.update(_sampling(random.Random(f"{cell}/{i}/sampling"), segment, ex.answer, greedy[i]))
                 if ex.tools is not None:
                     line["tools"], line["tool_choice"] = ex.tools, "auto"
+                if ex.response_format is not None:
+                    line["response_format"] = ex.response_format
                 items.append((line, ex.answer))
-    clock = random.Random(f"{GENERATOR}/{seed}/arrivals")
+    return _arrivals(items, clock_key)
+
+
+def _arrivals(items: list[tuple[dict[str, Any], str]], clock_key: str) -> Iterator[tuple[dict[str, Any], str]]:
+    clock = random.Random(clock_key)
     clock.shuffle(items)
     t, last = 0.0, -1.0
     for line, answer in items:
@@ -138,15 +157,24 @@ def dumps_line(line: dict[str, Any]) -> str:
     return json.dumps(line, ensure_ascii=False)
 
 
-def write_sample(path: str | pathlib.Path, seed: int = 0, per_cell: int = 24) -> int:
-    """Write the request lines (no answers) to ``path``; return how many were written."""
+def write_sample(path: str | pathlib.Path, seed: int = 0, per_cell: int | None = None, structured: bool = False) -> int:
+    """Write the request lines (no answers) to ``path``; return how many were written. ``structured``:
+    the structured-output sample (``generate_structured_pairs``) instead of the main one; ``per_cell``
+    None: the shipped file's (24, structured 12)."""
     path = pathlib.Path(path)
     n = 0
+    per_cell = per_cell or (12 if structured else 24)
+    pairs = generate_structured_pairs(seed, per_cell) if structured else generate_pairs(seed, per_cell)
     with path.open("w", encoding="utf-8", newline="\n") as fh:
-        for line, _ in generate_pairs(seed, per_cell):
+        for line, _ in pairs:
             fh.write(dumps_line(line) + "\n")
             n += 1
     return n
+
+
+def structured_sample_path() -> pathlib.Path:
+    """Path of the shipped ``sample_structured.jsonl`` (``generate_structured_pairs`` with seed 0, 12 per cell)."""
+    return pathlib.Path(__file__).with_name("sample_structured.jsonl")
 
 
 def render_text(messages: list[dict[str, Any]], answer: str, tools: list[dict[str, Any]] | None = None) -> str:
@@ -193,13 +221,20 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Regenerate specgauge's built-in sample workload (request JSONL).")
     ap.add_argument("--out", type=pathlib.Path, default=sample_path(), help="output file (default: the shipped sample.jsonl)")
     ap.add_argument("--seed", type=int, default=0, help="generator seed (default 0, the shipped file)")
-    ap.add_argument("--per-cell", type=int, default=24, help="requests per segment x language (default 24 -> 240)")
+    ap.add_argument("--per-cell", type=int, default=None,
+                    help="requests per segment x language (default 24 -> 240; with --structured 12 -> 24)")
+    ap.add_argument("--structured", action="store_true",
+                    help="write the structured-output sample (response_format JSON Schemas; default --out "
+                         "sample_structured.jsonl, 12 per cell -> 24) instead")
     args = ap.parse_args(argv)
-    if args.per_cell < 1:
+    if args.structured:
+        if args.out == sample_path():
+            args.out = structured_sample_path()
+    if args.per_cell is not None and args.per_cell < 1:
         ap.error(f"--per-cell must be >= 1, got {args.per_cell}")
     if not args.out.parent.is_dir():
         ap.error(f"--out: directory {args.out.parent} does not exist")
-    n = write_sample(args.out, seed=args.seed, per_cell=args.per_cell)
+    n = write_sample(args.out, seed=args.seed, per_cell=args.per_cell, structured=args.structured)
     print(f"wrote {n} requests to {args.out}")
     return 0
 
