@@ -104,3 +104,22 @@ def test_reply_text_follows_the_chat_template(tmp_path: Path) -> None:
         assert reply_text(tok, item.request, "Checking.", calls) == ("Checking.\n" + want, "template")
     assert reply_text(ApproxTokenizer(), item.request, "", calls) == (want, "hermes")
     assert reply_text(ApproxTokenizer(), item.request, "plain", None) == ("plain", None)
+
+
+def test_bench_says_connection_refused_and_drop_v1(tmp_path: Path) -> None:
+    """Item 5: nothing listening at --base-url is "connection refused at URL", with or without --model, and
+    leaves no results folder; a base URL ending in /v1 is told to drop it (the server root is wanted)."""
+    from specgauge.servers import free_port
+
+    w = _prompts(tmp_path, 2)
+    url = f"http://127.0.0.1:{free_port()}"
+    for extra in ((), ("--model", "x")):
+        out = tmp_path / "out" / "run"
+        r = cli("bench", "--base-url", url, "-w", str(w), "-o", str(out), *extra)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"connection refused at {url}" in r.stderr and "nothing was written" in r.stderr
+        assert not (tmp_path / "out").exists()
+    v1 = cli("bench", "--base-url", url + "/v1/", "-w", str(w), "-o", str(tmp_path / "o2"))
+    assert v1.returncode == 2 and "drop /v1" in v1.stderr and f"--base-url {url}\n" in v1.stderr
+    ko = cli("bench", "--base-url", url, "-w", str(w), "-o", str(tmp_path / "o3"), "--lang", "ko")
+    assert ko.returncode == 2 and "연결이 거부됨" in ko.stderr

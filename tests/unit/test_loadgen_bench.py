@@ -102,8 +102,9 @@ def test_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     w = workload(tmp_path, ["tokens:2"])
     with FakeServer() as srv:
         url = srv.base_url
-    with pytest.raises(BenchError, match="/v1/models"):
+    with pytest.raises(BenchError, match=f"connection refused at {url}: .*nothing was written"):
         run_bench(BenchConfig(base_url=url, workload=[w], output_dir=tmp_path / "o", progress=False))
+    assert not (tmp_path / "o").exists()  # no folder of failures left behind (issue 40 item 5)
 
 
 def test_other_traffic_is_warned_and_kv_sampled_during_the_run(tmp_path: Path) -> None:

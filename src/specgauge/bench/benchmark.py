@@ -17,7 +17,8 @@ import aiohttp
 from specgauge import __version__
 from specgauge.bench.config import BenchConfig, BenchError, plan_requests
 from specgauge.bench.session import BenchSession
-from specgauge.i18n import t
+from specgauge.i18n import en, t
+from specgauge.loadgen.probe import auth_headers, unreachable
 from specgauge.loadgen.runner import run_async
 from specgauge.paths import public_url
 from specgauge.records import BenchSummary, RequestRecord, ResultsFile, RunRecord, SessionRecord
@@ -92,7 +93,14 @@ def run_bench(cfg: BenchConfig, console: Any = None) -> BenchResult:
     """Runs (or resumes) one benchmark; writes results.jsonl, run.json, summary.json."""
     percentiles, selected, goodput = _checked_flags(cfg)
     reqs = _planned(cfg)
-    out = _OutputDir(cfg, reqs)
+    made = _first_missing(Path(cfg.output_dir))
+    out = _OutputDir(cfg, reqs)  # the local checks (a usable directory, no other run's results) first
+    try:
+        _check_server_answers(cfg)
+    except BenchError:  # a wrong URL leaves no empty results folder behind
+        if made is not None:
+            _remove_empty(Path(cfg.output_dir), made)
+        raise
     run, sessions, existing = out.run, out.sessions, out.existing
     done_ids = {r.id for r in existing}
     run.resumed_from = len(done_ids)
@@ -134,6 +142,9 @@ def _checked_flags(cfg: BenchConfig) -> tuple[list[float], list[str], dict[str, 
     """The percentiles, metrics and goodput SLOs asked for; the flags that cannot go together refused."""
     percentiles, selected = cfg.percentiles(), cfg.selected_metrics()
     url = urlsplit(cfg.base_url)
+    if url.path.rstrip("/").endswith("/v1"):  # every path bench sends starts with /v1/ already
+        root = public_url(cfg.base_url).rstrip("/").removesuffix("/v1")
+        raise BenchError(en("err.bench.v1", url=public_url(cfg.base_url), root=root))
     if cfg.api_key is not None and (url.username is not None or url.password is not None):
         raise BenchError(f"--base-url {public_url(cfg.base_url)} carries user:password and --api-key is given: one "
                          "Authorization header cannot hold both; drop one")
@@ -142,6 +153,39 @@ def _checked_flags(cfg: BenchConfig) -> tuple[list[float], list[str], dict[str, 
     except ValueError as e:
         raise BenchError(f"--goodput: {e}") from None
     return percentiles, selected, goodput
+
+
+def _check_server_answers(cfg: BenchConfig) -> None:
+    """One line and nothing written when no server answers at ``--base-url`` (without this, ``--model``
+    sent every request into connection errors and left a results folder of failures)."""
+    api_key = cfg.api_key.get_secret_value() if cfg.api_key else None
+    why = run_async(unreachable(cfg.base_url, auth_headers(api_key)))
+    if why is not None:
+        url = public_url(cfg.base_url)
+        raise BenchError(en("err.bench.refused", url=url) if why[0] == "refused" else
+                         en("err.bench.unreachable", url=url, why=why[1]))
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (None: it exists)."""
+    path = path.absolute()
+    missing = None
+    while not path.exists():
+        missing, path = path, path.parent
+    return missing
+
+
+def _remove_empty(path: Path, up_to: Path) -> None:
+    """Removes ``path`` and its parents up to ``up_to``, each only while empty."""
+    path = path.absolute()
+    while True:
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        if path == up_to or path.parent == path:
+            return
+        path = path.parent
 
 
 def _planned(cfg: BenchConfig) -> list[Request]:

@@ -74,6 +74,23 @@ class ServerProbe:
         return out
 
 
+async def unreachable(base_url: str, headers: dict[str, str]) -> tuple[str, str] | None:
+    """Why nothing answers at ``base_url`` (("refused", "") or ("other", the error)), or None when
+    something does (any HTTP status: what it means is the run's to decide). One GET of ``/v1/models``
+    on a session of its own; a timeout is not "unreachable" (a busy server may be slow to answer)."""
+    async with new_session(1) as session:
+        try:
+            async with session.get(base_url + "/v1/models", headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)):
+                return None
+        except aiohttp.ClientConnectorError as e:
+            if isinstance(e.os_error, ConnectionRefusedError):
+                return "refused", ""
+            return "other", str(e.os_error) or type(e.os_error).__name__
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+
+
 async def sample_kv(base_url: str, headers: dict[str, str], dialect: Dialect, interval: float, out: list[KvSample]) -> None:
     """KV-cache usage from /metrics every ``interval`` s during the run (the after-run snapshot sees
     an idle server), until cancelled, on a connection of its own: the run's pool holds
