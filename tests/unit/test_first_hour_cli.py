@@ -123,3 +123,18 @@ def test_bench_says_connection_refused_and_drop_v1(tmp_path: Path) -> None:
     assert v1.returncode == 2 and "drop /v1" in v1.stderr and f"--base-url {url}\n" in v1.stderr
     ko = cli("bench", "--base-url", url, "-w", str(w), "-o", str(tmp_path / "o3"), "--lang", "ko")
     assert ko.returncode == 2 and "연결이 거부됨" in ko.stderr
+
+
+def test_compare_diagnosis_without_per_request_counts() -> None:
+    """Item 4 in compare's cause line: no per-request counts is "the run's totals agree", or "not checked"
+    without counters either — never "0 of N requests equal the replay"."""
+    from specgauge.stats.diagnosis import diagnose
+
+    def check(rate: float | None) -> dict:
+        return {"specgauge": {"replay_check": {"available": True, "gap": False, "requests": 6, "matching": 0,
+                                               "no_server_counts": 6, "server_acceptance_rate": rate}}}
+    ok = diagnose(None, check(0.519))
+    assert ok.drafter == "the drafter accepts what its own outputs allow: the run's totals agree with the replay " \
+                         "(51.9 % accepted; the server gave no per-request counts)"
+    unknown = diagnose(None, check(None))
+    assert "drafter" not in unknown.failed and "was not checked" in unknown.drafter and "0 of 6" not in unknown.cause

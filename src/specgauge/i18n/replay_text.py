@@ -12,6 +12,16 @@ ENTRIES: Entries = {
     "rc.gap": {"en": "Replay check ({method}, k={k}): GAP: {summary}", "ko": "재생 검사 ({method}, k={k}): 차이 있음: {summary}"},
     "rc.match": {"en": "Replay check ({method}, k={k}): {m} of {n} requests equal the replay of their own outputs (server {srv}, replay {rep})",
                  "ko": "재생 검사 ({method}, k={k}): 요청 {n}개 중 {m}개가 자기 출력의 재생과 같음 (서버 {srv}, 재생 {rep})"},
+    "rc.totals": {"en": "Replay check ({method}, k={k}): the run's totals agree with the replay of its outputs (server {srv}, replay {rep}); "
+                        "not checked per request: the server gave no per-request counts (start it with --per-request-spec-decode-metrics)",
+                  "ko": "재생 검사 ({method}, k={k}): 실행 전체 합계가 출력의 재생과 맞음 (서버 {srv}, 재생 {rep}); "
+                        "요청별로는 검사하지 않음: 서버가 요청별 카운트를 주지 않음 (--per-request-spec-decode-metrics로 서버를 시작할 것)"},
+    "rc.no_counts": {"en": "Replay check ({method}, k={k}): not judged: the server gave neither per-request counts nor spec-decode counters "
+                           "(replay {rep}; start it with --per-request-spec-decode-metrics)",
+                     "ko": "재생 검사 ({method}, k={k}): 판정하지 않음: 서버가 요청별 카운트도 추측 디코딩 카운터도 주지 않음 "
+                           "(재생 {rep}; --per-request-spec-decode-metrics로 서버를 시작할 것)"},
+    "rc.unpaired": {"en": "  {n} request(s) came without per-request counts and were not compared",
+                    "ko": "  요청 {n}개는 요청별 카운트 없이 와서 비교하지 않음"},
     "rc.uncertain": {"en": "  {n} request(s) the replay cannot vouch for (suffix cache: see notes)",
                      "ko": "  재생이 보증할 수 없는 요청 {n}개 (suffix 캐시: 참고 사항을 볼 것)"},
 }

@@ -107,11 +107,18 @@ def _replay_check(rc: dict[str, Any], speculative: bool) -> list[str]:
 
     if not rc.get("available"):
         return [t("rc.not_run", why=translate(rc["reason"]))] if speculative and rc.get("reason") else []
+    n, unpaired = rc.get("requests", 0), rc.get("no_server_counts", 0)
     if rc.get("gap"):
         out = [t("rc.gap", method=rc.get("method"), k=rc.get("k"), summary=translate(rc.get("gap_summary") or ""))]
+    elif n and unpaired == n:  # no per-request counts: "0 of n requests equal" would read as a failure
+        key = "rc.totals" if rc.get("server_acceptance_rate") is not None else "rc.no_counts"
+        out = [t(key, method=rc.get("method"), k=rc.get("k"), srv=pct(rc.get("server_acceptance_rate")),
+                 rep=pct(rc.get("replay_acceptance_rate")))]
     else:
-        out = [t("rc.match", method=rc.get("method"), k=rc.get("k"), m=rc.get("matching", 0), n=rc.get("requests", 0),
+        out = [t("rc.match", method=rc.get("method"), k=rc.get("k"), m=rc.get("matching", 0), n=n,
                  srv=pct(rc.get("server_acceptance_rate")), rep=pct(rc.get("replay_acceptance_rate")))]
+        if unpaired:
+            out.append(t("rc.unpaired", n=unpaired))
     if rc.get("uncertain"):
         out.append(t("rc.uncertain", n=rc["uncertain"]))
     return out

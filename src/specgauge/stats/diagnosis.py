@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from specgauge.i18n import en
 from specgauge.stats.equivalence import EquivalenceResult
 
 Part = Literal["target", "drafter"]
@@ -58,6 +59,10 @@ def _drafter(check: Any) -> tuple[bool | None, str]:
         return True, f"the drafter lost acceptance on its own outputs: {check.get('gap_summary')}"
     n, m, u = check.get("requests", 0), check.get("matching", 0), check.get("uncertain", 0)
     rate = check.get("server_acceptance_rate")
+    if n and check.get("no_server_counts", 0) == n:  # no per-request counts: the run's totals were compared, if any
+        if not isinstance(rate, (int, float)):
+            return None, en("diagnosis.drafter_no_counts")
+        return False, en("diagnosis.drafter_ok_totals", pct=f"{100 * rate:.1f}")
     rate_s = f" ({100 * rate:.1f} % accepted)" if isinstance(rate, (int, float)) else ""
     tail = f"; {u} more could not be vouched for" if u else ""
     return False, f"the drafter accepts what its own outputs allow: {m} of {n} requests equal the replay{rate_s}{tail}"
