@@ -193,7 +193,7 @@ def _planned(cfg: BenchConfig) -> list[Request]:
     from specgauge.workload.loaders import LoadOptions, load_workload
 
     items = load_workload(cfg.workload, LoadOptions(segment_by=cfg.segment_by))
-    reqs = plan_requests([it.request for it in items], cfg.num_prompts)
+    reqs = plan_requests([it.request for it in items], cfg.num_prompts, cfg.max_tokens)
     if cfg.endpoint is not None:
         want = "chat" if "chat" in cfg.endpoint else "completion"
         wrong = [r.id for r in reqs if r.api.value != want]

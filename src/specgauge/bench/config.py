@@ -45,6 +45,9 @@ class BenchConfig(BaseModel):
     self_timed: bool = False  #: replay the workload's own arrival_time values
     trace_speed: float = Field(default=1.0, gt=0)
     num_prompts: int | None = Field(default=None, ge=1)  #: None: every request once; more cycles
+    #: cap on every request's output tokens (``max_tokens`` sent); a request's own lower ``max_tokens``
+    #: stays; None: the workload's caps only (a request without one generates until EOS)
+    max_tokens: int | None = Field(default=None, ge=1)
     seed: int = 0
     goodput: list[str] | None = None  #: ["ttft:MS", "tpot:MS", "e2el:MS"]
     percentile_metrics: str = "ttft,tpot,itl"
@@ -118,10 +121,14 @@ class BenchConfig(BaseModel):
         return d
 
 
-def plan_requests(items: Sequence[Request], num_prompts: int | None) -> list[Request]:
-    """The first ``num_prompts`` requests, cycling (ids suffixed ``~rN``) when more are asked."""
+def plan_requests(items: Sequence[Request], num_prompts: int | None, max_tokens: int | None = None) -> list[Request]:
+    """The first ``num_prompts`` requests, cycling (ids suffixed ``~rN``) when more are asked; with
+    ``max_tokens``, each request's ``max_tokens`` capped at it (its own, where lower, kept)."""
     if not items:
         raise BenchError("the workload has no requests")
+    if max_tokens is not None:
+        items = [r if r.max_tokens is not None and r.max_tokens <= max_tokens else r.model_copy(update={"max_tokens": max_tokens})
+                 for r in items]
     return plan_cycle(items, num_prompts, lambda req, rid: req.model_copy(update={"id": rid}), lambda req: req.id)
 
 

@@ -28,6 +28,7 @@ def bench(
     request_rate: Annotated[float, typer.Option("--request-rate", help="Requests/s (Poisson, or gamma with --burstiness); inf sends all at once.")] = float("inf"),
     burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape of inter-arrival times (1 = Poisson).")] = 1.0,
     num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="Requests to send (cycling the workload); default: each once.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", min=1, help="Cap every request's output at N tokens (the max_tokens sent; a request's own lower max_tokens stays). Without it a request that sets none generates until EOS. vllm bench serve sets this per dataset (--random-output-len, --sharegpt-output-len, --custom-output-len).")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     trace: Annotated[bool, typer.Option("--trace", help="Replay the workload's own arrival times.")] = False,
     trace_speed: Annotated[float, typer.Option("--trace-speed", help="Speed factor for --trace.")] = 1.0,
@@ -70,7 +71,7 @@ def bench(
         out = output_dir / f"c{c}" if len(concs) > 1 else output_dir
         cfg = BenchConfig(
             base_url=base_url, workload=workload_paths(workload), output_dir=out, endpoint=endpoint, model=model,
-            max_concurrency=c, request_rate=request_rate, burstiness=burstiness, num_prompts=num_prompts, seed=seed,
+            max_concurrency=c, request_rate=request_rate, burstiness=burstiness, num_prompts=num_prompts, max_tokens=max_tokens, seed=seed,
             self_timed=trace, trace_speed=trace_speed, goodput=goodput, percentile_metrics=percentile_metrics,
             metric_percentiles=metric_percentiles, warmup=num_warmups, timeout=timeout, resume=resume, dialect=dialect,
             api_key=api_key, segment_by=segment_by, ray_workers=ray_workers, ray_address=ray_address,
