@@ -52,6 +52,15 @@ class Chunk(NamedTuple):
     n: int
 
 
+class GapEnd(NamedTuple):
+    """The chunk that ended one of a response's longest silences: its index in ``chunks`` (the gap is
+    ``chunks[i].t - chunks[i-1].t``) and the start of the text it carried (content or tool-call
+    arguments). Stored as ``[i, text]``."""
+
+    i: int
+    text: str
+
+
 class SpecCounts(BaseModel):
     """Speculative-decoding counts for one request, one run or one segment (vLLM's definitions).
 
@@ -149,8 +158,11 @@ class OutputCheck(BaseModel):
     error: str | None = None  #: the first problem, one line (English, stored; shown translated)
 
 
+GAP_ENDS_KEPT = 4  #: the longest gaps of a response whose ending text a record keeps
+GAP_TEXT_CHARS = 24  #: characters of that text kept
+
 #: RequestRecord fields written only when set (records of runs without them keep their bytes)
-_OPTIONAL_RECORD_FIELDS = ("tool_calls", "output_check")
+_OPTIONAL_RECORD_FIELDS = ("tool_calls", "output_check", "gap_ends")
 
 
 class RequestRecord(BaseModel):
@@ -182,6 +194,9 @@ class RequestRecord(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)  #: dialect extras (timings, meta_info…)
     tool_calls: list[ToolCall] | None = None  #: OpenAI ``tool_calls`` of the response, where it made any
     output_check: OutputCheck | None = None  #: tool calls / JSON checked against the request's schema
+    #: the chunks that ended the response's longest inter-chunk gaps (up to ``GAP_ENDS_KEPT``, longest
+    #: first), with the text they carried: what a stall waited for (``stats.stalls``)
+    gap_ends: list[GapEnd] | None = None
 
     @model_serializer(mode="wrap")
     def _omit_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -307,6 +322,7 @@ class SpecgaugeSummary(BaseModel):
     memory: dict[str, Any] = Field(default_factory=dict)
     replay_check: dict[str, Any] | None = None  #: ``stats.replay_check.ReplayCheck``
     structured_outputs: dict[str, Any] | None = None  #: ``stats.outputs.outputs_summary`` (None: none asked for)
+    stalls: dict[str, Any] | None = None  #: ``stats.stalls.StallSummary`` against the run's own TPOT
 
 
 #: the traffic keys ``vllm bench serve --save-result`` writes, in its order

@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from specgauge.config import MIN_SPEEDUP, ConfigError
 from specgauge.paths import public_url
+from specgauge.stats.stalls import StallCriteria
 from specgauge.units import parse_duration  # noqa: F401  (the one duration grammar; cli.canary imports it here)
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
-GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance", "structured_outputs")
+GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance", "structured_outputs", "stalls")
 def parse_steps(text: str, flag: str = "--steps") -> list[float]:
     """``1,5,25,50,100`` -> [1.0, 5.0, 25.0, 50.0, 100.0]: increasing percentages in (0, 100]."""
     try:
@@ -70,6 +71,7 @@ class JudgeConfig(BaseModel):
     pass_score: float = Field(default=95.0, ge=0, le=100, description="score (share of decided checks passed, 0-100) a window needs to pass")
     resamples: int = Field(default=2000, ge=200)
     seed: int = 0
+    stalls: StallCriteria = Field(default_factory=StallCriteria, description="what counts as a stall: a gap above factor x the window's baseline TPOT and min_gap_ms")
 
     @field_validator("metrics")
     @classmethod

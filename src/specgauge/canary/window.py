@@ -14,6 +14,7 @@ from specgauge.canary.observe import Role, Side
 from specgauge.loadgen.metrics_scrape import Snapshot
 from specgauge.records import RequestRecord, SpecCounts
 from specgauge.stats.latency import tpot
+from specgauge.stats.stalls import longest_gap
 
 MAX_PENDING_PAIRS = 10_000
 
@@ -31,6 +32,8 @@ class Sample:
     spec: SpecCounts | None = None
     invalid: bool | None = None  #: its structured output broke the request's schema (None: not judged)
     error: str | None = None  #: what broke, when ``invalid``
+    longest_gap: float | None = None  #: the longest gap between two output chunks (s), ``stats.stalls``
+    gap_text: str | None = None  #: the text of the chunk that ended it
 
     @classmethod
     def of(cls, rec: RequestRecord, role: Role) -> Sample:
@@ -38,7 +41,8 @@ class Sample:
         invalid = None if oc is None or oc.valid is None else not oc.valid
         return cls(role=role, ok=rec.ok, failure=rec.failure.value if rec.failure is not None else None,
                    ttft=rec.ttft_s if rec.ok and rec.chunks else None, tpot=tpot(rec), e2e=rec.e2e_s if rec.ok else None,
-                   spec=rec.spec, invalid=invalid, error=oc.error if invalid else None)
+                   spec=rec.spec, invalid=invalid, error=oc.error if invalid else None, longest_gap=longest_gap(rec),
+                   gap_text=rec.gap_ends[0].text if rec.gap_ends else None)
 
 
 @dataclass(slots=True)

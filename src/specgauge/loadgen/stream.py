@@ -10,6 +10,7 @@ decoded by orjson (the standard library only for what orjson refuses), no object
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ import orjson
 
 from specgauge.loadgen.dialects import Dialect
 from specgauge.loadgen.sse import MalformedSSE, SSEEvent
-from specgauge.records import Chunk, FailureKind, RequestRecord, SpecCounts, TokenCountSource, ToolCall
+from specgauge.records import (
+    GAP_ENDS_KEPT, GAP_TEXT_CHARS, Chunk, FailureKind, GapEnd, RequestRecord, SpecCounts, TokenCountSource, ToolCall,
+)
 
 _FINAL_KEYS = ("usage", "metrics", "timings", "meta_info")
 _loads = orjson.loads  # reads bytes, checks UTF-8; ~3x json's speed on a stream chunk
@@ -46,16 +49,19 @@ class _Stream:
     token_ids: list[int] = field(default_factory=list)  #: output token ids, where the server streams them
     prompt_ids: list[int] | None = None  #: prompt token ids, where the server returns them
     calls: dict[int, list[Any]] = field(default_factory=dict)  #: tool call index -> [id, name, argument pieces]
+    pieces: list[str] = field(default_factory=list)  #: per chunk (as ``times``): the text it carried (content, tool arguments)
 
 
 StreamState = _Stream  #: public name: the canary proxy fills one per proxied response
 
 
-def add_tool_deltas(st: _Stream, deltas: Any) -> None:
+def add_tool_deltas(st: _Stream, deltas: Any) -> str:
     """OpenAI streamed ``delta.tool_calls`` (or a whole message's ``tool_calls``) into ``st.calls``:
-    per call ``index``, the id and name where they come, the argument text piece by piece."""
+    per call ``index``, the id and name where they come, the argument text piece by piece. Returns
+    the argument text these deltas carried."""
+    got = ""
     if type(deltas) is not list:
-        return
+        return got
     for i, d in enumerate(deltas):
         if type(d) is not dict:
             continue
@@ -69,10 +75,12 @@ def add_tool_deltas(st: _Stream, deltas: Any) -> None:
             if name and name != entry[1]:
                 entry[1] = name if entry[1] is None else entry[1] + name
             args = fn.get("arguments")
-            if type(args) is str:
+            if args is not None and type(args) is not str:  # some servers send the arguments as an object
+                args = json.dumps(args)
+            if args:
                 entry[2].append(args)
-            elif args is not None:  # some servers send the arguments as an object
-                entry[2].append(json.dumps(args))
+                got += args
+    return got
 
 
 def tool_calls_of(st: _Stream) -> list[ToolCall] | None:
@@ -82,9 +90,10 @@ def tool_calls_of(st: _Stream) -> list[ToolCall] | None:
     return [ToolCall(id=c[0], name=c[1], arguments="".join(c[2])) for _, c in sorted(st.calls.items())]
 
 
-def _output_of(choices: list[Any], st: _Stream) -> bool:
-    """Appends this event's text; True when it carried output (text, reasoning or tool calls)."""
-    has = False
+def _output_of(choices: list[Any], st: _Stream) -> str | None:
+    """Appends this event's text; the output text it carried (content, tool-call arguments; "" for
+    reasoning only), None when it carried no output."""
+    has: str | None = None
     for c in choices:
         if type(c) is not dict:
             continue
@@ -93,16 +102,16 @@ def _output_of(choices: list[Any], st: _Stream) -> bool:
             piece = d.get("content")
             if piece:
                 st.text.append(piece)
-                has = True
+                has = (has or "") + (piece if type(piece) is str else "")
             elif d.get("reasoning_content") or d.get("reasoning") or d.get("tool_calls"):
-                has = True
+                has = has or ""
             if d.get("tool_calls"):
-                add_tool_deltas(st, d["tool_calls"])
+                has = (has or "") + add_tool_deltas(st, d["tool_calls"])
         else:
             piece = c.get("text")
             if piece:
                 st.text.append(piece)
-                has = True
+                has = (has or "") + (piece if type(piece) is str else "")
         ids = c.get("token_ids")  # vLLM / embedded with return_token_ids
         if ids:
             st.token_ids.extend(ids)
@@ -232,21 +241,24 @@ def apply_payload(payload: bytes | str, t: float, st: _Stream, status: int,
                     if st.prompt_ids is None and ev.prompt_token_ids is not msgspec.UNSET:  # chat: top level
                         st.prompt_ids = ev.prompt_token_ids
                     has_out = False
+                    got = ""  # the text this chunk carried
                     d = c.delta  # _output_of, for the one choice
                     if d is not None:
                         piece = d.content
                         if piece:
                             st.text.append(piece)
                             has_out = True
+                            got = piece if type(piece) is str else ""
                         elif d.reasoning_content or d.reasoning or d.tool_calls:
                             has_out = True
                         if d.tool_calls:
-                            add_tool_deltas(st, d.tool_calls)
+                            got += add_tool_deltas(st, d.tool_calls)
                     else:
                         piece = c.text
                         if piece:
                             st.text.append(piece)
                             has_out = True
+                            got = piece if type(piece) is str else ""
                     ids = c.token_ids  # vLLM / embedded with return_token_ids
                     if ids:
                         st.token_ids.extend(ids)
@@ -267,6 +279,7 @@ def apply_payload(payload: bytes | str, t: float, st: _Stream, status: int,
                     if has_out or n > 0:
                         st.times.append(t)
                         st.counts.append(n)
+                        st.pieces.append(got)
                     if usage is not msgspec.UNSET:
                         st.final["usage"] = usage  # per-chunk usage: the latest totals
                     return
@@ -298,7 +311,8 @@ def _apply_one(payload: bytes | str, t: float, st: _Stream, status: int,
             st.prompt_ids = obj["prompt_token_ids"]
         if "error" in obj and not choices:
             raise RequestFailed(FailureKind.error_payload, _error_message(obj), status)
-        has_out = _output_of(choices, st) if choices else False
+        got = _output_of(choices, st) if choices else None
+        has_out = got is not None
         cum = cumulative(obj)
         n = -1
         if cum is not None and (choices or st.counted_by is not None):  # a lone final total is no chunk
@@ -309,6 +323,7 @@ def _apply_one(payload: bytes | str, t: float, st: _Stream, status: int,
         if has_out or n > 0:
             st.times.append(t)
             st.counts.append(n)
+            st.pieces.append(got or "")
         if not choices or st.finish_reason is not None:  # terminal events carry usage and the extras
             if type(obj.get("usage")) is dict:
                 st.final_usage = True
@@ -380,4 +395,15 @@ def stream_record(st: _Stream, dialect: Dialect, *, failure: FailureKind | None,
         extra=extra,
         tool_calls=tool_calls_of(st),
         output_check=None,
+        gap_ends=gap_ends(st),
     )
+
+
+def gap_ends(st: _Stream) -> list[GapEnd] | None:
+    """The chunks that ended the ``GAP_ENDS_KEPT`` longest inter-chunk gaps, longest first, with the
+    start of their text (None with fewer than two chunks)."""
+    times, pieces = st.times, st.pieces
+    if len(times) < 2 or len(pieces) != len(times):
+        return None
+    idx = heapq.nlargest(GAP_ENDS_KEPT, range(1, len(times)), key=lambda i: times[i] - times[i - 1])
+    return [GapEnd(i, pieces[i][:GAP_TEXT_CHARS]) for i in idx]

@@ -26,7 +26,27 @@ def bench_lines(g: dict[str, Any]) -> list[str]:
         for ex in (so.get("examples") or [])[:1]:
             rid, _, err = str(ex).partition(": ")
             out.append(t("field.bench.first", id=rid, error=translate(err)))
+    st = g.get("stalls")
+    if st and st.get("requests"):
+        ref = st.get("tpot_ref_ms")
+        out.append(t("field.bench.stalls", k=st.get("stalled", 0), n=st["requests"], thr=f"{st['threshold_ms']:.0f}",
+                     ref="n/a" if ref is None else f"{ref:.1f}", p95=_ms(st.get("longest_gap_p95_ms")),
+                     mx=_ms(st.get("longest_gap_max_ms"))))
+        for row in (st.get("stalls") or [])[:3]:
+            out.append(stall_line(row))
     return out
+
+
+def _ms(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.0f}"
+
+
+def stall_line(row: dict[str, Any]) -> str:
+    """One stall: request, gap, what ended it."""
+    ended = row.get("ended_by")
+    return t("field.bench.stall", id=row["id"], gap=f"{row['gap_ms']:.0f}",
+             x="n/a" if row.get("times_tpot") is None else f"{row['times_tpot']:g}",
+             text=t("field.unknown") if ended is None else repr(ended))
 
 
 def rate_cells(r: RateComparison | None) -> tuple[str, str, str]:
@@ -47,9 +67,9 @@ def _compare_rows(r: Any) -> list[tuple[str, str, RateComparison]]:
     groups = [*r.segments.values(), r.overall] if r.overall is not None else list(r.segments.values())
     for g in groups:
         name = t("compare.overall") if g.group == "overall" else g.group
-        for check, rc in (("field.check.outputs", g.outputs), ("field.check.stalls", getattr(g, "stalls", None))):
+        for check, rc in (("field.check.outputs", g.outputs), ("field.check.stalls", g.stalls.rate if g.stalls else None)):
             if rc is not None:
-                rows.append((name, t(check), getattr(rc, "rate", rc)))
+                rows.append((name, t(check), rc))
     return rows
 
 
@@ -71,3 +91,9 @@ def render_compare(r: Any, console: Any) -> None:
         for ex in r.overall.outputs.examples[:3]:
             rid, _, err = ex.partition(": ")
             console.print(escape(t("field.bench.first", id=rid, error=translate(err))), highlight=False)
+    st = r.overall.stalls if r.overall is not None else None
+    if st is not None and st.stalls:
+        console.print(escape(t("field.compare.stalls", thr=f"{st.threshold_ms:.0f}",
+                               ref="n/a" if st.tpot_ref_ms is None else f"{st.tpot_ref_ms:.1f}")), highlight=False)
+        for row in st.stalls[:5]:
+            console.print(escape(stall_line(row.model_dump())), highlight=False)

@@ -15,7 +15,8 @@ Figures, candidate against baseline, per segment and overall:
 - TTFT / TPOT / E2E at p50 and p95: candidate − baseline in ms (negative = candidate faster).
 - failure rate: candidate − baseline, over the requests each run sent (paired by id where possible).
 - structured outputs: requests whose tool calls / JSON broke their request's schema, both sides,
-  with Fisher's exact test (``stats.outputs``).
+  with Fisher's exact test (``stats.outputs``); stalled requests likewise, against one threshold from
+  the baseline's TPOT (``stats.stalls``).
 - the candidate's acceptance (rate, MAL, per position) from its per-request speculative counts, or,
   when the server gave none, from the run's /metrics counter diff (overall only; ``origin`` says which).
 CIs: percentile bootstrap, ``resamples`` ≥ 2000 index sets drawn with numpy's seeded generator,
@@ -37,6 +38,7 @@ from specgauge.stats.equivalence import EquivalenceResult
 from specgauge.stats.latency import tpot
 from specgauge.stats.outputs import compare_outputs
 from specgauge.stats.rates import RateComparison
+from specgauge.stats.stalls import StallComparison, StallCriteria, compare_stalls, reference_tpot
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 LATENCY_STATS = {"p50": 50.0, "p95": 95.0}
@@ -47,6 +49,7 @@ class CompareConfig(BaseModel):
     resamples: int = Field(default=2000, ge=2000, description="bootstrap resamples (>= 2000)")
     seed: int = 0
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    stalls: StallCriteria = Field(default_factory=StallCriteria)  #: what counts as a stall (``stats.stalls``)
 
 
 class CI(BaseModel):
@@ -159,6 +162,8 @@ class GroupComparison(BaseModel):
     equivalence: EquivalenceResult | None = None  #: filled in by ``verdict.decide``
     #: requests whose tool calls / JSON broke their request's schema, both sides (``stats.outputs``)
     outputs: RateComparison | None = None
+    #: requests with a gap far above the baseline's TPOT, both sides (``stats.stalls``)
+    stalls: StallComparison | None = None
     notes: list[str] = Field(default_factory=list)
 
     def metric(self, key: str) -> MetricDelta | None:
@@ -331,10 +336,12 @@ def compare_group(
     cfg: CompareConfig,
     durations: tuple[float | None, float | None] = (None, None),
     candidate_counters: SpecCounts | None = None,
+    stall_ref: tuple[float, float | None] | None = None,
 ) -> GroupComparison:
     """Compare one group. ``durations`` (baseline, candidate) give the run-level throughput ratio;
     ``candidate_counters`` (the candidate run's /metrics diff) give its acceptance when its records
-    carry no per-request counts."""
+    carry no per-request counts; ``stall_ref``: (stall threshold, reference TPOT) in seconds, the
+    baseline run's (default: this group's baseline)."""
     bmap = {r.id: r for r in baseline}
     cmap = {r.id: r for r in candidate}
     common = [i for i in bmap if i in cmap]
@@ -364,7 +371,13 @@ def compare_group(
         failure_rate_candidate=nc_fail / len(candidate) if candidate else None,
         failure_rate_diff=fdiff, acceptance=AcceptanceStats.of(candidate, candidate_counters), notes=notes,
         outputs=compare_outputs(baseline, candidate),
+        stalls=compare_stalls(baseline, candidate, *(stall_ref or _stall_ref(baseline, cfg))),
     )
+
+
+def _stall_ref(baseline: Sequence[RequestRecord], cfg: CompareConfig) -> tuple[float, float | None]:
+    ref = reference_tpot(baseline)
+    return cfg.stalls.threshold_s(ref), ref
 
 
 def _measured_ratio(
@@ -400,9 +413,10 @@ def compare_records(
     """Overall and per-segment comparisons (segments only when there is more than one). The
     candidate's /metrics diff covers the whole run: it fills the overall acceptance only."""
     cfg = cfg or CompareConfig()
-    overall = compare_group("overall", baseline, candidate, cfg, durations, candidate_counters)
+    ref = _stall_ref(baseline, cfg)  # one stall threshold for every group: the baseline run's TPOT
+    overall = compare_group("overall", baseline, candidate, cfg, durations, candidate_counters, ref)
     segs = segments_of(baseline, candidate)
-    per = {} if len(segs) <= 1 else {s: compare_group(s, b, c, cfg) for s, (b, c) in segs.items()}
+    per = {} if len(segs) <= 1 else {s: compare_group(s, b, c, cfg, stall_ref=ref) for s, (b, c) in segs.items()}
     if overall.acceptance.origin == "counters":
         for g in per.values():
             if not g.acceptance.available:

@@ -19,7 +19,8 @@ margin: its CI of candidate − baseline must lie entirely below −(1 − 1/m) 
 
 Other rules: NO-GO when the candidate misses an SLO (``--slo e2e_p95_ms=…``), its failure rate is
 higher by more than ``max_failure_increase`` with a CI excluding 0, more of its structured outputs
-(tool calls, JSON) break their request's schema (Fisher one-sided p < ``alpha``), or at temperature 0 more than
+(tool calls, JSON) break their request's schema or more of its requests stall (Fisher one-sided
+p < ``alpha``), or at temperature 0 more than
 ``max_divergence`` of the output pairs differ. GO also needs nothing blocking it (fewer than
 ``min_pairs`` pairs, an unsure failure-rate rise, a sampled-output distribution that differs, an SLO
 that cannot be checked); a blocked gain is INCONCLUSIVE. Below ``min_pairs`` no CI is acted upon.
@@ -309,6 +310,20 @@ def _judge_outputs(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> 
         fx.notes.append(en("verdict.outputs_same", **rates))
 
 
+def _judge_stalls(g: GroupComparison, crit: VerdictCriteria, fx: _Findings) -> None:
+    """NO-GO when more of the candidate's requests stall (Fisher one-sided p < alpha)."""
+    st = g.stalls
+    if st is None or not st.rate.candidate_n:
+        return
+    o = st.rate
+    rates = {"kb": o.baseline_k, "nb": o.baseline_n, "kc": o.candidate_k, "nc": o.candidate_n,
+             "p": "n/a" if o.p_value is None else f"{o.p_value:.2g}", "thr": f"{st.threshold_ms:.0f}"}
+    if o.worse(crit.alpha):
+        fx.nogo.append(en("verdict.stalls_worse", **rates, alpha=f"{crit.alpha:g}", first=o.examples[0] if o.examples else ""))
+    elif o.candidate_k or o.baseline_k:
+        fx.notes.append(en("verdict.stalls_note", **rates))
+
+
 def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
     fx = _Findings()
     finding = _judge_speedup(g, crit, fx)
@@ -316,6 +331,7 @@ def judge(g: GroupComparison, crit: VerdictCriteria) -> GroupVerdict:
     _judge_slos(g, crit, fx)
     _judge_failures(g, crit, fx)
     _judge_outputs(g, crit, fx)
+    _judge_stalls(g, crit, fx)
     _equivalence(g.equivalence, crit, fx.nogo, fx.block, fx.notes)
     if fx.nogo:
         verdict, reasons = Verdict.NO_GO, fx.nogo + fx.soft
