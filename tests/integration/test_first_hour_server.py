@@ -77,3 +77,10 @@ def test_bench_max_tokens_caps_every_request(server: ManagedServer, tmp_path: Pa
     got = {rec["id"]: rec["output_tokens"] for rec in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert got == {"q0": 6, "q1": 3, "q2": 6, "q3": 6}  # temperature 0 on this model: no EOS within 6 tokens
     assert json.loads((out / "run.json").read_text())["config"]["max_tokens"] == 6
+
+
+def test_serve_on_a_busy_port_fails_before_saying_it_serves(server: ManagedServer) -> None:
+    """Item 7: the port is bound before "serving … (Ctrl-C to stop)" is printed: a port in use is one line."""
+    r = cli("serve", "--port", str(server.port), "--threads", "1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"--port {server.port}: cannot listen there" in r.stderr and "serving" not in r.stderr

@@ -138,3 +138,12 @@ def test_compare_diagnosis_without_per_request_counts() -> None:
                          "(51.9 % accepted; the server gave no per-request counts)"
     unknown = diagnose(None, check(None))
     assert "drafter" not in unknown.failed and "was not checked" in unknown.drafter and "0 of 6" not in unknown.cause
+
+
+def test_serve_refuses_a_bad_speculative_config_before_saying_it_serves() -> None:
+    """Item 7: a bad --speculative-config is one error line, before the models load and without the
+    "serving … (Ctrl-C to stop)" line that used to come first."""
+    for spec, why in (("{bad", "not valid JSON"), ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens")):
+        r = cli("serve", "--port", "9", "--speculative-config", spec)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"error: --speculative-config: {why}" in r.stderr and "serving" not in r.stderr + r.stdout

@@ -27,6 +27,9 @@ def serve(
     lang: LangOpt = None,
 ) -> None:
     """Serve the embedded reference engine (CPU) with vLLM's metric names."""
+    from specgauge.config import SpeculativeConfig
+
+    spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None  # before torch loads
     from specgauge.engine.serve import serve as run
     from specgauge.nn.transformer import ModelLoadError
 
@@ -37,10 +40,10 @@ def serve(
     try:
         from specgauge.i18n import t
 
-        err_console.print(t("cli.serving", model=model, url=f"http://{host}:{port}"))
-        run(model, speculative_config, host=host, port=port, api_key=api_key, max_batch=max_batch,
+        run(model, spec, host=host, port=port, api_key=api_key, max_batch=max_batch,
             max_model_len=max_model_len, dtype=dtype, served_model_name=served_model_name,
-            per_request_spec_decode_metrics=per_request_spec_decode_metrics, num_threads=threads)
+            per_request_spec_decode_metrics=per_request_spec_decode_metrics, num_threads=threads,
+            on_ready=lambda url: err_console.print(t("cli.serving", model=model, url=url)))
     except (ConfigError, ModelLoadError, ValueError) as e:
         from specgauge.i18n import t, translate
 

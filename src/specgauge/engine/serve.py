@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specgauge.config import SpeculativeConfig
+from specgauge.config import ConfigError, SpeculativeConfig
 
 
 def default_served_name(model_dir: str | Path) -> str:
@@ -67,11 +69,31 @@ def serve(
     speculative_config: SpeculativeConfig | str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
+    on_ready: Callable[[str], None] | None = None,
     **options: Any,
 ) -> None:
     """Serve until interrupted. Binds loopback unless ``host`` says otherwise. ``options``: see
-    :func:`build_app`."""
+    :func:`build_app`. The models are loaded and the port bound before ``on_ready(url)`` is called, so
+    a bad config, model or port fails before anything says the server is up."""
     import uvicorn
 
     app = build_app(model_dir, speculative_config, **options)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    sock = _bind(host, port)
+    if on_ready is not None:
+        on_ready(f"http://{f'[{host}]' if ':' in host else host}:{port}")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, as uvicorn binds one (``Config.bind_socket``), or a ``ConfigError`` naming
+    the flags (uvicorn itself logs and exits)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
