@@ -4,6 +4,7 @@ what a newcomer trips over when the input is not what a command wants, each as t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,8 +122,10 @@ def test_bench_says_connection_refused_and_drop_v1(tmp_path: Path) -> None:
         assert not (tmp_path / "out").exists()
     v1 = cli("bench", "--base-url", url + "/v1/", "-w", str(w), "-o", str(tmp_path / "o2"))
     assert v1.returncode == 2 and "drop /v1" in v1.stderr and f"--base-url {url}\n" in v1.stderr
-    ko = cli("bench", "--base-url", url, "-w", str(w), "-o", str(tmp_path / "o3"), "--lang", "ko")
-    assert ko.returncode == 2 and "연결이 거부됨" in ko.stderr
+    from specgauge.i18n import translate
+
+    line = r.stderr.split("error: ", 1)[1].strip()
+    assert "연결이 거부됨" in translate(line, "ko") and url in translate(line, "ko")  # what --lang ko shows
 
 
 def test_compare_diagnosis_without_per_request_counts() -> None:
@@ -147,3 +150,68 @@ def test_serve_refuses_a_bad_speculative_config_before_saying_it_serves() -> Non
         r = cli("serve", "--port", "9", "--speculative-config", spec)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert f"error: --speculative-config: {why}" in r.stderr and "serving" not in r.stderr + r.stdout
+
+
+def _profile(tmp_path: Path, rows: list[dict], name: str = "w.jsonl") -> dict:
+    w = tmp_path / name
+    w.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("profile", str(w), "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["overall"]
+
+
+def test_profile_labels_korean_tool_calls_and_context(tmp_path: Path) -> None:
+    """Item 8: short all-Korean prompts are "ko" (they were "other" beside "Hangul 100 %"); OpenAI tool
+    calls with valid JSON arguments are counted well-formed (they read "0 of those well-formed JSON"); a
+    "Context:" system message is retrieved context (it read RAG 0 %)."""
+    ko = _profile(tmp_path, [{"id": f"k{i}", "messages": [{"role": "user", "content": q}]}
+                             for i, q in enumerate(["주문 상태 알려줘", "환불은 언제 되나요?", "배송지 변경 가능해?"])])
+    assert ko["hangul_share"] == 1.0 and ko["languages"] == {"ko": 3}
+
+    log = _tool_log(tmp_path)
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    rows[1]["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = '{"city": '  # cut off
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    calls = _profile(tmp_path, rows, "calls.jsonl")
+    assert calls["tool_calls_openai"] == 2 and calls["tool_calls_openai_parsed"] == 1
+    shown = cli("profile", str(tmp_path / "calls.jsonl")).stdout
+    assert "2 as OpenAI tool_calls (1 with well-formed JSON arguments), 0 as text" in " ".join(shown.split())
+
+    rag = _profile(tmp_path, [{"id": f"r{i}", "messages": [
+        {"role": "system", "content": "Answer from the context only.\n\nContext:\nRefunds take 3 business days. "
+                                      "Return shipping is free over $100."},
+        {"role": "user", "content": f"How long do refunds take? ({i})"}]} for i in range(2)], "rag.jsonl")
+    assert rag["context_share"] == 1.0 and rag["context_char_share"] > 0.4
+
+
+def test_simulate_shows_the_uncalibrated_speedup_as_a_guess(tmp_path: Path) -> None:
+    """Item 8: without a fitted law the speedup column is a guess and says so (it read "speedup B=1 1.32x",
+    beside a live A/B of 0.87x)."""
+    r = cli("simulate", "-m", "ngram", "-k", "2", "--limit", "6", "--batch", "1,4")
+    assert r.returncode == 0, r.stderr
+    shown = " ".join(r.stdout.split())
+    assert "guess B=1" in shown and "guess B=4" in shown and "speedup B=" not in shown
+    assert "guess = speedup from an uncalibrated cost model (~)" in shown and re.search(r"~\d+\.\d\dx", shown)
+    assert "best k by the uncalibrated speedup guess" in shown
+
+
+def test_peak_output_throughput_is_never_below_the_mean() -> None:
+    """Item 8: a run shorter than a second (or with a short last second) showed a "peak" below its mean,
+    vLLM's partial 1-second bucket counted as a whole second."""
+    from specgauge.records import Chunk, RequestRecord, TokenCountSource
+    from specgauge.stats.latency import latency_metrics
+
+    def rec(rid: str, chunks: list[tuple[float, int]]) -> RequestRecord:
+        cs = [Chunk(t=t, n=n) for t, n in chunks]
+        return RequestRecord(id=rid, index=0, scheduled_s=0.0, sent_s=0.0, started_at=1000.0, ok=True, ttft_s=cs[0].t,
+                             e2e_s=cs[-1].t, elapsed_s=cs[-1].t, chunks=cs, token_counts=TokenCountSource.usage,
+                             prompt_tokens=10, output_tokens=sum(n for _, n in chunks))
+
+    short = [rec("a", [(0.05 * i, 4) for i in range(1, 9)]), rec("b", [(0.05 * i, 4) for i in range(1, 9)])]
+    m = latency_metrics(short, 0.42)  # 64 tokens in 0.42 s: 152 tok/s; one 1-second bucket held 64
+    assert m.max_output_tokens_per_s >= m.output_throughput
+    # 10 tokens every 0.1 s to 2.0 s, 1 more at 2.1 s: buckets [0,1) 90, [1,2) 100, [2,2.1] 11 — a 0.1 s tail,
+    # counted with the bucket before it: 111 tokens / 1.1 s
+    tail = [rec("a", [(0.1 * i, 10) for i in range(1, 21)] + [(2.1, 1)])]
+    m2 = latency_metrics(tail, 2.1)
+    assert m2.max_output_tokens_per_s >= m2.output_throughput and abs(m2.max_output_tokens_per_s - 111 / 1.1) < 1e-9

@@ -332,6 +332,7 @@ REPORT: Entries = {
     "report.fig.heatmap": {"en": "Simulated acceptance rate by segment, method and k ({label})", "ko": "세그먼트·방법·k별 시뮬레이션 수락률 ({label})"},
     "report.fig.k_axis": {"en": "k (proposal length)", "ko": "k (제안 길이)"},
     "report.fig.predicted": {"en": "predicted: {method} k={k} ({label})", "ko": "예측: {method} k={k} ({label})"},
+    "report.fig.guessed": {"en": "uncalibrated guess: {method} k={k} ({label})", "ko": "보정 안 된 추정: {method} k={k} ({label})"},
     "report.fig.measured_bench": {"en": "measured: bench runs with / without", "ko": "실측: 켠/끈 벤치마크 실행"},
     "report.fig.measured_compare": {"en": "measured (compare, 95 % CI): {cand} vs {base}", "ko": "실측 (비교, 95 % 신뢰구간): {cand} 대 {base}"},
 }

@@ -30,9 +30,11 @@ WORKLOAD: Entries = {
     "profile.counts": {"en": "token counts {label}; from {src}; tokenizer {who}",
                        "ko": "토큰 수 {label}; 출처 {src}; 토크나이저 {who}"},
     "profile.tool_calls": {"en": "tool calls: {offer} of requests offer tools; {call} of logged responses call one ({when} where offered): "
-                                 "{openai} as OpenAI tool_calls, {text} as text (<tool_call>…), {parsed} of those well-formed JSON",
+                                 "{openai} as OpenAI tool_calls ({openai_ok} with well-formed JSON arguments), "
+                                 "{text} as text (<tool_call>…; {parsed} well-formed JSON)",
                            "ko": "도구 호출: 요청의 {offer}가 도구를 제공함; 기록된 응답의 {call}가 도구를 호출함 (제공된 경우 {when}): "
-                                 "OpenAI tool_calls로 {openai}개, 텍스트(<tool_call>…)로 {text}개, 그중 올바른 JSON {parsed}개"},
+                                 "OpenAI tool_calls로 {openai}개 (인자가 올바른 JSON인 것 {openai_ok}개), "
+                                 "텍스트(<tool_call>…)로 {text}개 (올바른 JSON {parsed}개)"},
     "profile.skipped": {"en": "{n} invalid request(s) skipped", "ko": "잘못된 요청 {n}개를 건너뜀"},
     "console.note": {"en": "note:", "ko": "참고:"},
     "simulate.title": {"en": "Offline acceptance replay, all requests ({n} replayed)",
@@ -48,6 +50,11 @@ WORKLOAD: Entries = {
     "simulate.col.req_acc": {"en": "req acc p10/p50/p90", "ko": "요청별 수락 p10/p50/p90"},
     "simulate.col.speedup": {"en": "speedup B={b}", "ko": "속도 향상 B={b}"},
     "simulate.col.best_k": {"en": "best k", "ko": "최적 k"},
+    "simulate.col.guess": {"en": "guess B={b}", "ko": "추정 B={b}"},
+    "simulate.title_guess": {"en": "Offline acceptance replay, all requests ({n} replayed); guess = speedup from an uncalibrated cost model (~)",
+                             "ko": "오프라인 수락 재생, 전체 요청 ({n}개 재생); 추정 = 보정되지 않은 비용 모델의 속도 향상 (~)"},
+    "simulate.title.segments_guess": {"en": "Per segment: best k by the uncalibrated speedup guess at batch {b} (fit your server's law: --cost-profile)",
+                                      "ko": "세그먼트별: 배치 {b}에서 보정되지 않은 속도 향상 추정이 가장 큰 k (서버의 법칙을 적합해 --cost-profile로 줄 것)"},
     "simulate.fig.tf": {"en": "{label}: {method} k={k} (teacher-forced, optimistic)",
                         "ko": "{label}: {method} k={k} (교사 강제, 낙관적)"},
     "simulate.col.tf_acc": {"en": "teacher-forced (optimistic)", "ko": "교사 강제 (낙관적)"},

@@ -79,7 +79,8 @@ def render_profile(p: WorkloadProfile, console: Console) -> None:
     o = p.overall
     if o.tool_calls_openai or o.tool_calls_text or o.tools_share:
         console.print(tr("profile.tool_calls", offer=_pct(o.tools_share), call=_pct(o.tool_call_share),
-                         when=_pct(o.tool_call_share_when_offered), openai=o.tool_calls_openai, text=o.tool_calls_text,
+                         when=_pct(o.tool_call_share_when_offered), openai=o.tool_calls_openai,
+                         openai_ok=o.tool_calls_openai_parsed, text=o.tool_calls_text,
                          parsed=o.tool_calls_text_parsed), highlight=False, markup=False)
     if p.skipped_invalid:
         console.print(f"[yellow]{tr('profile.skipped', n=p.skipped_invalid)}[/yellow]")
@@ -92,29 +93,38 @@ def _f(v: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def render_simulation(r: "SimulateResult", console: Console, detail: bool = False) -> None:  # noqa: F821
+    from specgauge.simulate.cost_model import UNCALIBRATED
     from specgauge.simulate.run import SegmentResult
 
     b0 = r.batch_sizes[0]
+    # without a fitted law (--cost-profile) the speedup is the guessed cost model's: shown as a guess ("~"),
+    # in a column that says so, never as a figure beside the measured acceptance
+    guessed = all(p.source == UNCALIBRATED for p in r.overall.predictions)
+    speedup_col = "simulate.col.guess" if guessed else "simulate.col.speedup"
+    mark = "~" if guessed else ""
 
     def pred(seg: SegmentResult, method: str, k: int, batch: int) -> float | None:
         return next((p.predicted_speedup for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
+
+    def shown(v: float | None) -> str:
+        return "–" if v is None else f"{mark}{v:.2f}x"
 
     def banded(seg: SegmentResult, method: str, k: int, batch: int) -> str:
         """The speedup with its band when a calibrated law predicted it (^: extrapolated)."""
         p = next((p for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
         if p is None or p.predicted_speedup is None:
             return "–"
-        text = f"{p.predicted_speedup:.2f}x"
+        text = shown(p.predicted_speedup)
         if p.low is not None and p.high is not None:
             text += f" ({p.low:.2f}–{p.high:.2f})"
         return text + ("^" if p.extrapolated else "")
 
-    t = Table(title=tr("simulate.title", n=r.requests_replayed), title_justify="left")
+    t = Table(title=tr("simulate.title_guess" if guessed else "simulate.title", n=r.requests_replayed), title_justify="left")
     # a hidden-state head's teacher-forced figure, beside the replayed one (absent for every other method)
     tf = any(s.teacher_forced_acceptance_rate is not None for s in r.overall.summaries)
     cols = [tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), *([tr("simulate.col.tf_acc")] if tf else []),
             "MAL", tr("simulate.col.per_position"), tr("simulate.col.tok_step"), tr("simulate.col.req_acc")]
-    cols += [tr("simulate.col.speedup", b=b) for b in r.batch_sizes]
+    cols += [tr(speedup_col, b=b) for b in r.batch_sizes]
     for i, c in enumerate(cols):
         t.add_column(c, justify="left" if i in (0, 5 if tf else 4) else "right")
     for s in r.overall.summaries:
@@ -131,10 +141,10 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
     console.print(t)
     if tf:
         console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(tr('simulate.tf_note'))}", highlight=False)
-    seg = Table(title=tr("simulate.title.segments", b=b0), title_justify="left")
+    seg = Table(title=tr("simulate.title.segments_guess" if guessed else "simulate.title.segments", b=b0), title_justify="left")
     for i, c in enumerate([tr("profile.col.segment"), tr("simulate.col.method"), tr("simulate.col.best_k"),
                            tr("profile.col.requests"), tr("simulate.col.acc_rate"), "MAL", tr("simulate.col.tok_step"),
-                           tr("simulate.col.speedup", b=b0)]):
+                           tr(speedup_col, b=b0)]):
         seg.add_column(c, justify="left" if i < 2 else "right")
     for name, sr in [*r.segments.items(), ("overall", r.overall)]:
         if name == "overall":
@@ -147,17 +157,17 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
                 seg.add_row(name, m, "–", "0", "–", "–", "–", "–")
                 continue
             seg.add_row(name, m, str(k), str(s.requests), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
-                        _f(s.tokens_per_step), _f(pred(sr, m, s.k, b0), "{:.2f}x"))
+                        _f(s.tokens_per_step), shown(pred(sr, m, s.k, b0)))
     console.print(seg)
     if detail:
         d = Table(title=tr("simulate.title.detail"), title_justify="left")
         for c in [tr("profile.col.segment"), tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), "MAL",
-                  tr("simulate.col.per_position_short"), tr("simulate.col.speedup", b=b0)]:
+                  tr("simulate.col.per_position_short"), tr(speedup_col, b=b0)]:
             d.add_column(c)
         for name, sr in r.segments.items():
             for s in sr.summaries:
                 d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
-                          " ".join(_f(x) for x in s.per_position_rate), _f(pred(sr, s.method, s.k, b0), "{:.2f}x"))
+                          " ".join(_f(x) for x in s.per_position_rate), shown(pred(sr, s.method, s.k, b0)))
         console.print(d)
     label = tr("simulate.exact") if r.exact else tr("simulate.approx", tok=_data(r.tokenizer))
     console.print(label, highlight=False, markup=False)

@@ -35,6 +35,7 @@ from specgauge.report.canary_html import (
 from specgauge.report.figures import fig_html, plot_label, template_env
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
+from specgauge.simulate.cost_model import UNCALIBRATED
 from specgauge.simulate.run import SimulateResult
 from specgauge.stats.latency import per_token_itls, tpot
 from specgauge.stats.memory import MemoryFigure, run_memory
@@ -329,8 +330,9 @@ def speedup_figure(data: ReportData) -> str | None:
             ps = sorted((p for p in sim.overall.predictions if p.method == m and p.k == k and p.predicted_speedup is not None),
                         key=lambda p: p.batch)
             if ps:
+                key = "report.fig.guessed" if all(p.source == UNCALIBRATED for p in ps) else "report.fig.predicted"
                 fig.add_trace(go.Scatter(x=[p.batch for p in ps], y=[p.predicted_speedup for p in ps], mode="lines+markers",
-                                         name=plot_label(t("report.fig.predicted", method=m, k=k, label=label))))
+                                         name=plot_label(t(key, method=m, k=k, label=label))))
     meas = measured_speedups(data)
     if meas:
         fig.add_trace(go.Scatter(x=[m["concurrency"] for m in meas], y=[m["speedup"] for m in meas], mode="markers",

@@ -86,6 +86,10 @@ def step_time(batch: float, tokens_per_seq: float, saturation_tokens: float) -> 
     return t(batch * tokens_per_seq) / t(batch)
 
 
+#: ``SpeedupPrediction.source`` of this module's guess (shown as a guess, never as a figure)
+UNCALIBRATED = "uncalibrated cost model"
+
+
 class SpeedupPrediction(BaseModel):
     method: str
     k: int
@@ -95,7 +99,7 @@ class SpeedupPrediction(BaseModel):
     note: str | None = None
     #: where the number comes from: this module's guessed cost model, or a fitted step-cost law
     #: (``specgauge calibrate``) replayed through a simulated closed-loop bench (``specgauge.predict``)
-    source: str = "uncalibrated cost model"
+    source: str = UNCALIBRATED
     low: float | None = None  #: calibrated only: 2.5 % of the band from the law's bootstrap
     high: float | None = None
     extrapolated: bool = False

@@ -22,7 +22,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -39,6 +39,10 @@ CONTEXT_MIN_CHARS = 1500
 #: a request is counted Korean with at least this many Hangul characters making this share of its letters
 KO_MIN_HANGUL, KO_MIN_SHARE = 20, 0.05
 _CONTEXT_FIELDS = ("documents", "context", "contexts", "retrieved", "passages", "retrieved_context")
+#: a heading that introduces retrieved text in a system / user turn ("Context:", "## Documents", "참고 문서:")
+_CONTEXT_HEADING = re.compile(
+    r"(?mi)^[ \t]*(?:#+[ \t]*)?(?:retrieved[ \t]+)?(?:context|contexts|documents|passages|sources|search results|knowledge)"
+    r"[ \t]*(?::|$)|^[ \t]*(?:#+[ \t]*)?(?:참고[ \t]*)?(?:문맥|문서|자료|컨텍스트|검색[ \t]*결과)[ \t]*(?::|$)")
 _PASSAGE_MARK = re.compile(r"(?m)^\s*(\[\d+\]|<document\b|<doc\b|<context\b|Document \d+|Passage \d+|문서 \d+)")
 #: a text tool call in a response's content: hermes / Qwen, Mistral, Llama 3.x
 _TEXT_TOOL_CALL = re.compile(r"<tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>")
@@ -52,6 +56,24 @@ def tool_call_form(resp: Response) -> Literal["openai", "text"] | None:
     if resp.text and _TEXT_TOOL_CALL.search(resp.text):
         return "text"
     return None
+
+
+def openai_tool_calls_parse(calls: list[dict[str, Any]]) -> bool:
+    """Every OpenAI tool call has a function name and ``arguments`` that are a JSON object (a string of
+    one, as the API returns them, or the object itself)."""
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return False
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return False
+        if not isinstance(args, dict):
+            return False
+    return bool(calls)
 
 
 def text_tool_call_parses(text: str) -> bool:
@@ -72,6 +94,27 @@ def text_tool_call_parses(text: str) -> bool:
 def _is_hangul(ch: str) -> bool:
     o = ord(ch)
     return 0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F
+
+
+def context_chars(turn: str) -> int:
+    """Characters of retrieved context in one system / user turn: all of it when it holds two passage
+    marks (``[1]``, ``<document>``, ``Passage 2``…) or is very long (``CONTEXT_MIN_CHARS``); else what
+    follows a heading that introduces retrieved text (``Context:``, ``## Documents``, ``참고 문서:``) on
+    a line of its own or before a colon; else 0."""
+    if len(_PASSAGE_MARK.findall(turn)) >= 2 or len(turn) >= CONTEXT_MIN_CHARS:
+        return len(turn)
+    m = _CONTEXT_HEADING.search(turn)
+    return len(turn) - m.start() if m is not None and turn[m.end():].strip() else 0
+
+
+def dominant_script(hangul: int, letters: int, text: str) -> str:
+    """``ko`` / ``en`` / ``other`` for one request's text with ``hangul`` Hangul characters among ``letters``.
+    Korean instructions around ASCII code or logs: a modest Hangul share already marks Korean, given enough
+    Hangul characters (``KO_MIN_HANGUL``); a short text is Korean when most of its letters are Hangul
+    (before, "안녕하세요, 주문 상태 알려줘" — 100 % Hangul, under 20 characters — counted as "other")."""
+    if hangul and (hangul >= KO_MIN_HANGUL and hangul >= KO_MIN_SHARE * letters or 2 * hangul >= letters):
+        return "ko"
+    return "en" if re.search(r"[A-Za-z]", text) else "other"
 
 
 class Dist(BaseModel):
@@ -106,6 +149,8 @@ class SegmentProfile(BaseModel):
     tool_calls_text: int = Field(default=0, description="responses with a text tool call in their content")
     tool_calls_text_parsed: int = Field(
         default=0, description="of the text ones: every <tool_call> closed and held JSON with a name")
+    tool_calls_openai_parsed: int = Field(
+        default=0, description="of the OpenAI ones: every call named a function with JSON-object arguments")
     context_share: float = Field(description="share of requests carrying retrieved context")
     context_char_share: float | None = Field(description="share of prompt characters in retrieved-context blocks")
     copy_overlap: float | None = Field(
@@ -185,6 +230,7 @@ class _Acc:
         self.calls_openai = 0
         self.calls_text = 0
         self.calls_text_parsed = 0
+        self.calls_openai_parsed = 0
         self.context = 0
         self.context_chars = 0
         self.prompt_chars = 0
@@ -213,9 +259,7 @@ class _Acc:
                 ctx_chars += len(str(v))
         for m in req.messages or []:
             if m.role in ("system", "developer", "user"):
-                t = m.text()
-                if len(_PASSAGE_MARK.findall(t)) >= 2 or len(t) >= CONTEXT_MIN_CHARS:
-                    ctx_chars += len(t)
+                ctx_chars += context_chars(m.text())
         ptext = req.prompt_text()
         self.prompt_chars += len(ptext)
         if ctx_chars:
@@ -227,9 +271,7 @@ class _Acc:
         letters = sum(1 for ch in text if ch.isalpha())
         self.hangul += h
         self.letters += letters
-        # Korean instructions around ASCII code or logs: a modest Hangul share already marks Korean
-        is_ko = h >= KO_MIN_HANGUL and h >= KO_MIN_SHARE * letters
-        self.lang["ko" if is_ko else ("en" if re.search(r"[A-Za-z]", text) else "other")] += 1
+        self.lang[dominant_script(h, letters, text)] += 1
         if resp is not None:
             self.with_resp += 1
             form = tool_call_form(resp)
@@ -237,6 +279,7 @@ class _Acc:
                 self.tool_calls += 1
                 if form == "openai":
                     self.calls_openai += 1
+                    self.calls_openai_parsed += openai_tool_calls_parse(resp.tool_calls or [])
                 else:
                     self.calls_text += 1
                     self.calls_text_parsed += text_tool_call_parses(resp.text)
@@ -270,7 +313,7 @@ class _Acc:
             tool_call_share=self.tool_calls / self.with_resp if self.with_resp else None,
             tool_call_share_when_offered=self.offered_calls / self.offered_resp if self.offered_resp else None,
             tool_calls_openai=self.calls_openai, tool_calls_text=self.calls_text,
-            tool_calls_text_parsed=self.calls_text_parsed,
+            tool_calls_text_parsed=self.calls_text_parsed, tool_calls_openai_parsed=self.calls_openai_parsed,
             context_share=self.context / n if n else math.nan,
             context_char_share=self.context_chars / self.prompt_chars if self.prompt_chars else None,
             copy_overlap=self.copy_cov / self.copy_tot if self.copy_tot else None,
