@@ -25,6 +25,14 @@ command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq 
 .venv/bin/python -c "import arctic_inference.suffix_decoding" 2>/dev/null || { .venv/bin/python -m pip install -q nanobind==2.9.2 grpcio-tools wheel 2>&1 | grep -v "is ignored"; PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-build-isolation 'arctic-inference==0.3.0' 2>&1 | grep -v "is ignored"; .venv/bin/python -c "import arctic_inference.suffix_decoding"; } || echo "WARNING: arctic-inference (native suffix drafter backend) did not install; its tests will skip" >&2
 .venv/bin/python -c "import ray.data" 2>/dev/null || .venv/bin/python -m pip install -q -e '.[ray]' 2>&1 | grep -v "is ignored" || true
 .venv/bin/python -c "import ray.data" 2>/dev/null || echo "WARNING: Ray (specgauge[ray]) did not install; the scale-out tests will skip" >&2
+# the log libraries (specgauge[logs]: LiteLLM 1.110, opentelemetry-instrumentation-openai-v2 2.4b0) in the venv, and
+# the instrumentation's 2.3b0 (with the wrapt 1.x it needs) in a folder beside it: the live log tests write with them
+LOGS_CHECK="import importlib.metadata as m; [m.version(p) for p in ('litellm', 'opentelemetry-instrumentation-openai-v2', 'opentelemetry-exporter-otlp-json-file')]"
+.venv/bin/python -c "$LOGS_CHECK" 2>/dev/null || .venv/bin/python -m pip install -q -e '.[logs]' 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -c "$LOGS_CHECK" 2>/dev/null || echo "WARNING: the log libraries (specgauge[logs]) did not install; their live tests will skip" >&2
+OTEL23="$SPECGAUGE_CACHE/otel-openai-v2-2.3b0"
+[[ -d "$OTEL23/opentelemetry/instrumentation/openai_v2" ]] || .venv/bin/python -m pip install -q --no-deps --target "$OTEL23" 'opentelemetry-instrumentation-openai-v2==2.3b0' 'wrapt==1.17.*' 2>&1 | grep -v "is ignored" || true
+[[ -d "$OTEL23/opentelemetry/instrumentation/openai_v2" ]] || echo "WARNING: opentelemetry-instrumentation-openai-v2 2.3b0 did not install in $OTEL23; its live test will skip" >&2
 # the wheel a user pip-installs: python -m build, a fresh venv, the short path from it (~1-2 min;
 # skips with a WARNING only where it cannot run; SPECGAUGE_SKIP_WHEEL=1 leaves it out)
 [[ "${SPECGAUGE_SKIP_WHEEL:-0}" == "1" ]] || bash scripts/test_wheel.sh

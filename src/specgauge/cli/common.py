@@ -39,7 +39,9 @@ def user_errors(fn: F) -> F:
         except USER_ERRORS as e:
             from specgauge.i18n import t, translate
 
-            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {translate(str(e))}", highlight=False, markup=True)
+            local = getattr(e, "localised", None)  # a workload error: FILE:LINE kept, its message translated
+            text = local(translate) if local is not None else translate(str(e))
+            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {text}", highlight=False, markup=True)
             raise typer.Exit(2) from None
         except ValidationError as e:  # a config built from the flags: pydantic's bounds are the flags' bounds
             from specgauge.config import format_validation_error

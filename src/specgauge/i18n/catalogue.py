@@ -18,6 +18,7 @@ import specgauge.i18n.canary_text as canary_text
 import specgauge.i18n.cli_text as cli_text
 import specgauge.i18n.errors_text as errors_text
 import specgauge.i18n.field_text as field_text
+import specgauge.i18n.import_text as import_text
 import specgauge.i18n.notes_text as notes_text
 import specgauge.i18n.predict_text as predict_text
 import specgauge.i18n.replay_text as replay_text
@@ -337,7 +338,8 @@ REPORT: Entries = {
     "report.fig.measured_compare": {"en": "measured (compare, 95 % CI): {cand} vs {base}", "ko": "실측 (비교, 95 % 신뢰구간): {cand} 대 {base}"},
 }
 
-_AREAS = (audit_text, canary_text, cli_text, errors_text, field_text, notes_text, predict_text, replay_text, sweep_text)
+_AREAS = (audit_text, canary_text, cli_text, errors_text, field_text, import_text, notes_text, predict_text, replay_text,
+          sweep_text)
 
 MESSAGES: Entries = merge(VERDICT, DIAGNOSIS, REPORT, MEMORY, BENCH, COMPARE, DEMO, WORKLOAD,
                           *(a.ENTRIES for a in _AREAS), *(a.STORED for a in _AREAS))

@@ -95,6 +95,12 @@ STORED: Entries = {
                               "tokenizer; pass --tokenizer DIR of the serving model",
                         "ko": "요청 {n}개를 {who}(으)로 셌습니다: 모델의 토크나이저가 아닌 근사치 (단어와 문장 부호)입니다. "
                               "서빙하는 모델의 --tokenizer DIR을 넘기세요"},
+    "profile.r.prompt_gap": {"en": "{n} re-tokenised prompt(s) differ from the prompt_tokens the server logged beside "
+                                    "them (e.g. {got} vs {logged}): the log does not hold the whole prompt as the "
+                                    "server saw it (OpenTelemetry's instrumentations record no tool definitions)",
+                             "ko": "다시 토큰화한 프롬프트 {n}개가 서버가 함께 기록한 prompt_tokens와 다릅니다 (예: {got} 대 "
+                                   "{logged}): 로그에 서버가 본 프롬프트 전체가 없습니다 (OpenTelemetry 계측은 도구 정의를 "
+                                   "기록하지 않음)"},
     "profile.r.own": {"en": "{n} request(s) counted by {who}, the tokenizer of the model they name ({models})",
                       "ko": "요청 {n}개를 {who}(으)로 셌습니다: 요청이 명시한 모델의 토크나이저입니다 ({models})"},
     "profile.r.mixed": {"en": "{n} request(s) counted by {who}: {parts}. Pass --tokenizer DIR of the serving model (and "

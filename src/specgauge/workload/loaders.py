@@ -279,7 +279,7 @@ def iter_file_items(
     outputs = list(batch_outputs)
     index = _BatchOutputIndex(outputs, options) if outputs and kind == "batch" else None
     try:
-        yield from _iter_file(path, kind, options, report, index)
+        yield from _iter_file([path], kind, options, report, index)
     finally:
         if index is not None:
             index.close()
@@ -296,14 +296,15 @@ def iter_workload(
     outputs = [p for p, k in kinds.items() if k == "batch-output"]
     seg = segment_rule(opts.segment_by)
     index = _BatchOutputIndex(outputs, opts) if outputs else None
+    joined = _joined_groups(paths, kinds)
     seen: dict[str, str] = {}
     try:
         for p in paths:
             kind = kinds[p]
             rep.formats[str(p)] = kind
-            if kind == "batch-output":
-                continue
-            for item in _iter_file(p, kind, opts, rep, index):
+            if kind == "batch-output" or (kind in joined and joined[kind][0] != p):
+                continue  # a Batch API output is read with its input; a joined format at its first file
+            for item in _iter_file(joined.get(kind, [p]), kind, opts, rep, index):
                 if seg is not None:
                     item.request.segment = seg(item.request)
                 prev = seen.get(item.request.id)
@@ -326,11 +327,19 @@ def iter_workload(
         raise WorkloadError(where, "no valid requests" + (f" ({rep.skipped} skipped as invalid)" if rep.skipped else ""))
 
 
+def _joined_groups(paths: list[Path], kinds: dict[Path, str]) -> dict[str, list[Path]]:
+    """Per importer format whose files are read as one (OTLP: a call's span and log records may sit in
+    different exports), its files in the order given."""
+    return {k: [p for p in paths if kinds[p] == k] for k in importers.JOINED if k in kinds.values()}
+
+
 def _iter_file(
-    path: Path, kind: str, opts: LoadOptions, rep: LoadReport, index: _BatchOutputIndex | None
+    paths: list[Path], kind: str, opts: LoadOptions, rep: LoadReport, index: _BatchOutputIndex | None
 ) -> Iterator[WorkloadItem]:
+    """The items of ``paths``: one file, or the files of a joined importer format read as one."""
+    path = paths[0]
     if kind in importers.IMPORTERS:
-        records: Iterator[tuple[str, Any]] = importers.records(kind, path, opts.max_line_bytes, opts.max_decompressed_bytes)
+        records: Iterator[tuple[str, Any]] = importers.records(kind, paths, opts.max_line_bytes, opts.max_decompressed_bytes)
     elif kind == "text":
         records = _text_records(path, opts)
     elif kind == "sharegpt" and _first_record(path, opts.max_line_bytes, opts.max_decompressed_bytes)[0] == "array":

@@ -172,6 +172,9 @@ class TokenCounting(BaseModel):
     tokenizer_is_models: dict[str, int] = Field(default_factory=dict)
     #: the model names those requests give, with counts
     models: dict[str, int] = Field(default_factory=dict)
+    #: re-tokenised prompts whose count differs from the server's ``usage.prompt_tokens`` logged beside
+    #: them (a log without the whole prompt, e.g. tool definitions OpenTelemetry does not record)
+    prompt_count_mismatch: int = 0
     reason: str
 
 
@@ -324,11 +327,14 @@ class _Acc:
         )
 
 
-def _token_counting(tokenizer: Tokenizer, counted: int, is_models: Counter[str], models: Counter[str]) -> TokenCounting:
+def _token_counting(tokenizer: Tokenizer, counted: int, is_models: Counter[str], models: Counter[str],
+                    mismatch: list[tuple[int, int]] | None = None) -> TokenCounting:
     """The label: exact only when nothing was counted by the tokenizer, or every request it counted
-    names a model whose tokenizer it is."""
+    names a model whose tokenizer it is and no re-tokenised prompt disagrees with the server's own
+    count logged beside it (``mismatch``: (re-tokenised, logged) pairs)."""
     who = describe_tokenizer(tokenizer)
-    exact = counted == 0 or (tokenizer.exact and is_models["own"] == counted)
+    mismatch = mismatch or []
+    exact = (counted == 0 or (tokenizer.exact and is_models["own"] == counted)) and not mismatch
     if counted == 0:
         reason = en("profile.r.log")
     elif not tokenizer.exact:
@@ -344,9 +350,12 @@ def _token_counting(tokenizer: Tokenizer, counted: int, is_models: Counter[str],
         if is_models["unknown"]:
             parts.append(en("profile.r.unknown", n=is_models["unknown"], tok=tokenizer.name))
         reason = en("profile.r.mixed", n=counted, who=who, parts="; ".join(parts))
+    if mismatch:
+        got, logged = max(mismatch, key=lambda m: abs(m[1] - m[0]))
+        reason = en("notes.list", a=en("profile.r.prompt_gap", n=len(mismatch), got=got, logged=logged), b=reason)
     return TokenCounting(label="exact" if exact else "approximate", tokenizer=who, requests_counted_by_tokenizer=counted,
                          tokenizer_is_models=dict(sorted(is_models.items())), models=dict(models.most_common(10)),
-                         reason=reason)
+                         prompt_count_mismatch=len(mismatch), reason=reason)
 
 
 def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skipped_invalid: int = 0) -> WorkloadProfile:
@@ -355,6 +364,7 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
     sources: Counter[str] = Counter()
     is_models: Counter[str] = Counter()  # requests counted by the tokenizer: own / other / unknown
     models: Counter[str] = Counter()
+    mismatch: list[tuple[int, int]] = []  # (re-tokenised, logged usage.prompt_tokens) where they differ
     counted = 0
     for item in items:
         req, resp = item.request, item.response
@@ -369,6 +379,9 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
             prompt_ids = tokenizer.encode_request(req)
             sources["prompt: tokenizer"] += 1
             by_tokenizer = True
+            logged = resp.usage.prompt_tokens if resp is not None and resp.usage is not None else None
+            if logged is not None and logged != len(prompt_ids):
+                mismatch.append((len(prompt_ids), logged))
         output_ids: list[int] | None = None
         out_count: int | None = None
         if resp is not None:
@@ -393,7 +406,7 @@ def profile_workload(items: Iterable[WorkloadItem], tokenizer: Tokenizer, skippe
                 models[model] += 1
         for acc in (overall, segs.setdefault(req.segment, _Acc())):
             acc.add(item, prompt_ids, output_ids, out_count)
-    tc = _token_counting(tokenizer, counted, is_models, models)
+    tc = _token_counting(tokenizer, counted, is_models, models, mismatch)
     notes = []
     if tc.label == "approximate":
         notes.append(en("profile.n.approx", reason=tc.reason))

@@ -21,7 +21,7 @@ import json
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,6 +45,10 @@ class WorkloadError(UserError, ValueError):
     def __init__(self, source: str, message: str, field: str | None = None) -> None:
         self.source, self.field, self.message = source, field, message
         super().__init__(f"{source}: {field}: {message}" if field else f"{source}: {message}")
+
+    def localised(self, tr: Callable[[str], str]) -> str:
+        """The same line with its message passed through ``tr`` (the catalogue's ``translate``)."""
+        return f"{self.source}: {self.field}: {tr(self.message)}" if self.field else f"{self.source}: {tr(self.message)}"
 
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),

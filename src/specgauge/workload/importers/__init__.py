@@ -6,7 +6,7 @@ loader (``specgauge.workload.loaders``) registers them by format name beside its
 
 | format | module | what it reads |
 |---|---|---|
-| ``otlp`` | ``otlp`` | OpenTelemetry GenAI spans / events, OTLP JSON (collector file exporter, OpenLLMetry, OpenLIT) |
+| ``otlp`` | ``otlp``, ``otlp_calls`` | OpenTelemetry GenAI spans / events / per-message log events, OTLP JSON (collector file exporter, OpenLLMetry, OpenLIT, opentelemetry-instrumentation-openai-v2); the exports given together are joined per call |
 | ``langfuse`` | ``langfuse`` | Langfuse generations: API / UI / blob-storage exports, ingestion batches |
 | ``litellm`` | ``litellm`` | LiteLLM StandardLoggingPayload (callbacks) and spend-log rows |
 | ``vllm-log`` | ``vllm_log`` | vLLM's request log (``--enable-log-requests --enable-log-outputs``) |
@@ -18,16 +18,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import ijson
-
-from specgauge.workload.importers import langfuse, litellm, otlp, vllm_log
-from specgauge.workload.importers.docs import array_items, layout
-from specgauge.workload.reader import WorkloadError, open_binary
+from specgauge.workload.importers import langfuse, litellm, otlp, otlp_calls, vllm_log
+from specgauge.workload.importers.docs import array_items, layout, top_keys
+from specgauge.workload.reader import WorkloadError
 from specgauge.workload.schema import WorkloadItem
 
 Records = Callable[[Path, int, int | None], Iterator[tuple[str, WorkloadItem | WorkloadError]]]
 IMPORTERS: dict[str, Records] = {
-    "otlp": otlp.records, "langfuse": langfuse.records, "litellm": litellm.records, "vllm-log": vllm_log.records,
+    "otlp": otlp_calls.records, "langfuse": langfuse.records, "litellm": litellm.records, "vllm-log": vllm_log.records,
+}
+#: importers whose files given together are read as one (a call's parts may sit in several exports)
+JOINED: dict[str, Callable[[list[Path], int, int | None], Iterator[tuple[str, WorkloadItem | WorkloadError]]]] = {
+    "otlp": otlp_calls.records_joined,
 }
 _JSON_SNIFFERS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("otlp", otlp.looks_like), ("langfuse", langfuse.looks_like), ("litellm", litellm.looks_like),
@@ -36,29 +38,6 @@ _JSON_SNIFFERS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
 
 def _sniff_json(obj: Any) -> str | None:
     return next((name for name, test in _JSON_SNIFFERS if test(obj)), None)
-
-
-def _top_keys(path: Path, max_decompressed_bytes: int | None, limit: int = 20000) -> dict[str, Any]:
-    """Top-level keys of a pretty-printed object (scalar values kept), read until ``limit`` events."""
-    keys: dict[str, Any] = {}
-    depth, key = 0, None
-    with open_binary(path, max_decompressed_bytes) as f:
-        try:
-            for n, (event, value) in enumerate(ijson.basic_parse(f, use_float=True)):
-                if n > limit:
-                    break
-                if event in ("start_map", "start_array"):
-                    depth += 1
-                elif event in ("end_map", "end_array"):
-                    depth -= 1
-                elif depth == 1 and event == "map_key":
-                    key = value
-                    keys[key] = None
-                elif depth == 1 and key is not None:
-                    keys[key] = value
-        except (ijson.JSONError, ValueError, EOFError, OSError, WorkloadError):
-            pass
-    return keys
 
 
 def sniff(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = None) -> str | None:
@@ -75,8 +54,8 @@ def sniff(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = 
         head = next(iter(array_items(path, max_decompressed_bytes)), None)
         return _sniff_json(head[1]) if head is not None and not isinstance(head[1], WorkloadError) else None
     if kind == "object":
-        keys = _top_keys(path, max_decompressed_bytes)
-        if "resourceSpans" in keys or "resourceLogs" in keys:
+        keys = top_keys(path, max_decompressed_bytes)
+        if "resourceSpans" in keys or "resourceLogs" in keys or otlp.console_record(keys) is not None:
             return "otlp"
         if "batch" in keys or ("data" in keys and "meta" in keys):
             return "langfuse"
@@ -87,6 +66,12 @@ def sniff(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = 
     return None
 
 
-def records(kind: str, path: Path, max_line_bytes: int,
+def records(kind: str, paths: list[Path], max_line_bytes: int,
             max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
-    return IMPORTERS[kind](path, max_line_bytes, max_decompressed_bytes)
+    """The records of ``paths`` (all of format ``kind``): read as one where the format joins its files
+    (``JOINED``), else file after file."""
+    if kind in JOINED:
+        yield from JOINED[kind](paths, max_line_bytes, max_decompressed_bytes)
+        return
+    for p in paths:
+        yield from IMPORTERS[kind](p, max_line_bytes, max_decompressed_bytes)

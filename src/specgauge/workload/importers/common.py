@@ -73,6 +73,20 @@ def _parts_text(parts: list[Any], field: str) -> tuple[str, list[dict[str, Any]]
     return "".join(texts), calls, call_id
 
 
+def _content_parts(value: Any) -> Any:
+    """A message's content: a list of parts logged as a JSON string (LiteLLM spend-log columns) parsed;
+    any other text kept exactly as it is, JSON-looking or not (a user may send JSON, or text opening
+    with a bracket)."""
+    if not isinstance(value, str) or not value.lstrip().startswith("["):
+        return value
+    try:
+        parsed = json.loads(value)
+    except (json.JSONDecodeError, RecursionError):
+        return value
+    ok = isinstance(parsed, list) and parsed and all(isinstance(p, dict) and "type" in p for p in parsed)
+    return parsed if ok else value
+
+
 def otel_message(msg: Any, field: str) -> dict[str, Any]:
     """One OTel GenAI message (``{"role", "parts": [...]}``, or an OpenAI-style ``{"role", "content"}``
     as some instrumentations write) as an OpenAI chat turn."""
@@ -93,7 +107,7 @@ def otel_message(msg: Any, field: str) -> dict[str, Any]:
         if call_id is not None and role == "tool":
             out["tool_call_id"] = call_id
     else:
-        content = json_text(msg.get("content"), f"{field}.content")
+        content = _content_parts(msg.get("content"))
         if isinstance(content, list):
             content = _parts_text(content, f"{field}.content")[0]
         if content is not None and not isinstance(content, str):
@@ -175,9 +189,13 @@ def build_item(
     response_model: str | None = None,
     metadata: dict[str, Any] | None = None,
     where_prompt: str = "input",
+    tools: Any = None,
+    tool_choice: Any = None,
 ) -> WorkloadItem:
-    """One workload item from what a trace logged. Token counts go to ``usage`` (exact in ``profile``);
-    text without token ids is re-tokenised by ``simulate`` and labelled approximate there."""
+    """One workload item from what a trace logged. Token counts go to ``usage`` (exact in ``profile``):
+    pass only counts the server made, never a logging library's estimate; text without token ids is
+    re-tokenised by ``simulate`` and labelled approximate there. ``tools`` / ``tool_choice``, where the
+    log kept them, stay on the request: the chat template renders the schemas into the prompt."""
     if not messages and not prompt:
         raise FieldError(where_prompt, "no prompt was logged (is content capture on in the instrumentation?)")
     data: dict[str, Any] = {"id": item_id, "metadata": metadata or {}}
@@ -203,6 +221,10 @@ def build_item(
     if model:
         extra["model"] = model
     data["extra"] = extra
+    if tools:
+        data["tools"] = json_text(tools, "tools")
+    if tool_choice is not None:
+        data["tool_choice"] = json_text(tool_choice, "tool_choice")
     try:
         request = Request.model_validate(data)
     except ValidationError as e:

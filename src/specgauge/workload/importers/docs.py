@@ -44,6 +44,29 @@ def layout(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None =
     return "empty", None
 
 
+def top_keys(path: Path, max_decompressed_bytes: int | None, limit: int = 20000) -> dict[str, Any]:
+    """Top-level keys of a pretty-printed object (scalar values kept), read until ``limit`` events."""
+    keys: dict[str, Any] = {}
+    depth, key = 0, None
+    with open_binary(path, max_decompressed_bytes) as f:
+        try:
+            for n, (event, value) in enumerate(ijson.basic_parse(f, use_float=True)):
+                if n > limit:
+                    break
+                if event in ("start_map", "start_array"):
+                    depth += 1
+                elif event in ("end_map", "end_array"):
+                    depth -= 1
+                elif depth == 1 and event == "map_key":
+                    key = value
+                    keys[key] = None
+                elif depth == 1 and key is not None:
+                    keys[key] = value
+        except (ijson.JSONError, ValueError, EOFError, OSError, WorkloadError):
+            pass
+    return keys
+
+
 def _json_lines(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None) -> Iterator[tuple[str, Any]]:
     for n, line in iter_lines(path, max_line_bytes, max_decompressed_bytes):
         where = f"{path}:{n}"

@@ -5,6 +5,15 @@ S3 / Pub/Sub buckets: ``messages`` and ``response`` as JSON) and rows of the pro
 Spend logs hold prompts only when the proxy was told to keep them (``store_prompts_in_spend_logs``);
 a row without one is an error saying so. Keys, key hashes, IPs and the proxy's metadata are never
 carried over: only the model call itself is.
+
+What the payload keeps and where (LiteLLM 1.110, ``litellm/types/utils.py::StandardLoggingPayload``):
+``tools`` / ``tool_choice`` sit in ``model_parameters`` (the request's optional parameters) and stay on
+the request, so the chat template renders the schemas into the prompt as the server did; the
+finish reason is the response's ``choices[0].finish_reason``. ``prompt_tokens`` / ``completion_tokens``
+are the server's ``usage`` except on a stream without ``stream_options.include_usage``: the server
+then sends no usage and LiteLLM counts the tokens itself (its ``token_counter``, tiktoken's
+``cl100k_base`` for models it does not know), an estimate kept in ``metadata.litellm_estimated_usage``
+and never as ``usage``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,22 @@ from specgauge.workload.schema import WorkloadItem
 MODEL_CALLS = {"completion", "acompletion", "text_completion", "atext_completion", "chat_completion"}
 _PARAMS = ("temperature", "top_p", "top_k", "seed", "stop", "max_tokens", "max_completion_tokens",
            "frequency_penalty", "presence_penalty")
+
+
+def usage_is_estimated(obj: dict[str, Any], params: dict[str, Any], body: dict[str, Any]) -> bool:
+    """True when LiteLLM counted the tokens itself: a stream whose request did not ask the server for
+    usage (``stream_options.include_usage``)."""
+    streamed = any(d.get("stream") is True for d in (obj, params, body))
+    opts = params.get("stream_options") or body.get("stream_options")
+    return streamed and not (isinstance(opts, dict) and opts.get("include_usage") is True)
+
+
+def _finish_reason(resp: Any) -> str | None:
+    if isinstance(resp, dict) and isinstance(resp.get("choices"), list) and resp["choices"]:
+        c0 = resp["choices"][0]
+        if isinstance(c0, dict) and isinstance(c0.get("finish_reason"), str):
+            return str(c0["finish_reason"])
+    return None
 
 
 def item_from_payload(obj: dict[str, Any], default_id: str) -> WorkloadItem:
@@ -49,24 +74,32 @@ def item_from_payload(obj: dict[str, Any], default_id: str) -> WorkloadItem:
                                      "general_settings.store_prompts_in_spend_logs: true)")
     params: dict[str, Any] = {}
     mp = json_text(obj.get("model_parameters"), "model_parameters")
-    for src in (body, mp if isinstance(mp, dict) else {}):
+    mp = mp if isinstance(mp, dict) else {}
+    for src in (body, mp):
         params.update({k: src[k] for k in _PARAMS if src.get(k) is not None})
-    text, calls = (None, None)
+    tools = mp.get("tools") if mp.get("tools") is not None else body.get("tools")
+    tool_choice = mp.get("tool_choice") if mp.get("tool_choice") is not None else body.get("tool_choice")
+    text, calls, reason = None, None, None
     if obj.get("status", "success") == "success":
         resp = json_text(obj.get("response"), "response")
         if resp not in (None, {}, ""):
             text, calls = _output(resp, "response")
+            reason = _finish_reason(resp)
+    input_tokens, output_tokens = obj.get("prompt_tokens"), obj.get("completion_tokens")
     meta = {k: v for k, v in (("request_id", obj.get("request_id", obj.get("id"))), ("call_type", call or None),
                               ("status", obj.get("status")), ("model_group", obj.get("model_group") or None),
                               ("provider", obj.get("custom_llm_provider")), ("start_time", obj.get("startTime")),
                               ("completion_start_time", obj.get("completionStartTime"))) if v is not None}
+    if usage_is_estimated(obj, mp, body):
+        meta["litellm_estimated_usage"] = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens}
+        input_tokens = output_tokens = None
     model = body.get("model") or obj.get("model_group") or obj.get("model")
     resp_model = obj.get("model") if isinstance(obj.get("model"), str) else None
     return build_item(item_id=str(obj.get("request_id") or obj.get("id") or default_id), messages=msgs,
                       prompt=prompt, params=params, model=model if isinstance(model, str) else None,
-                      output_text=text, output_tool_calls=calls, input_tokens=obj.get("prompt_tokens"),
-                      output_tokens=obj.get("completion_tokens"), response_model=resp_model, metadata=meta,
-                      where_prompt="messages")
+                      output_text=text, output_tool_calls=calls, finish_reason=reason, input_tokens=input_tokens,
+                      output_tokens=output_tokens, response_model=resp_model, metadata=meta, where_prompt="messages",
+                      tools=tools, tool_choice=tool_choice)
 
 
 def records(path: Path, max_line_bytes: int,

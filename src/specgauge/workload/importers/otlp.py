@@ -22,17 +22,23 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from specgauge.i18n import en
 from specgauge.workload.formats import FieldError, _jtype
 from specgauge.workload.importers.common import build_item, json_text, otel_message, otel_messages, system_instructions
-from specgauge.workload.importers.docs import documents
+from specgauge.workload.importers.docs import documents, layout, top_keys
 from specgauge.workload.reader import WorkloadError
 from specgauge.workload.schema import WorkloadItem
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+#: the v1.30 conventions' per-message log events (opentelemetry-instrumentation-openai-v2 up to 2.3b0)
+LEGACY_CHOICE = "gen_ai.choice"
+LEGACY_MESSAGES = {"gen_ai.system.message", "gen_ai.developer.message", "gen_ai.user.message",
+                   "gen_ai.assistant.message", "gen_ai.tool.message", LEGACY_CHOICE}
 _PARAMS = {
     "gen_ai.request.temperature": "temperature", "gen_ai.request.top_p": "top_p", "gen_ai.request.top_k": "top_k",
     "gen_ai.request.seed": "seed", "gen_ai.request.max_tokens": "max_tokens", "gen_ai.request.stop_sequences": "stop",
@@ -149,9 +155,7 @@ def item_from_attributes(attrs: dict[str, Any], item_id: str, meta: dict[str, An
     if op in ("text_completion", "completion") and msgs:
         prompt, msgs = "\n".join(m.get("content") or "" for m in msgs), []
     if not msgs and prompt is None:
-        raise FieldError(f"{field}gen_ai.input.messages", "a model call without its prompt: the instrumentation did not "
-                         "capture content (OpenTelemetry's OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, "
-                         "OpenLLMetry's TRACELOOP_TRACE_CONTENT=true)")
+        raise FieldError(f"{field}gen_ai.input.messages", en("import.otlp.no_content"))
     text, calls, reason = _output(attrs, field)
     it = attrs.get("gen_ai.usage.input_tokens", attrs.get("gen_ai.usage.prompt_tokens"))
     ot = attrs.get("gen_ai.usage.output_tokens", attrs.get("gen_ai.usage.completion_tokens"))
@@ -166,9 +170,9 @@ def item_from_attributes(attrs: dict[str, Any], item_id: str, meta: dict[str, An
                       where_prompt=f"{field}gen_ai.input.messages")
 
 
-def _spans(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(label, resource attributes, span) per span of one ExportTraceServiceRequest (or one of its
-    resourceSpans items)."""
+def _spans(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any], str | None]]:
+    """(label, resource attributes, span, schema URL) per span of one ExportTraceServiceRequest (or one of
+    its resourceSpans items)."""
     blocks = doc["resourceSpans"] if "resourceSpans" in doc else [doc]
     if not isinstance(blocks, list):
         raise FieldError("resourceSpans", f"expected an array, got {_jtype(blocks)}")
@@ -178,57 +182,123 @@ def _spans(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str,
         res = attributes((rs.get("resource") or {}).get("attributes") or [], f"resourceSpans.{r}.resource.attributes")
         scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans")) or []
         for s, ss in enumerate(scopes):
+            schema = (ss or {}).get("schemaUrl") or rs.get("schemaUrl")
             for i, span in enumerate((ss or {}).get("spans") or []):
                 if not isinstance(span, dict):
                     raise FieldError(f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}", f"expected an object, got {_jtype(span)}")
-                yield f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}", res, span
+                yield f"resourceSpans.{r}.scopeSpans.{s}.spans.{i}", res, span, schema
 
 
-def _log_records(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _log_records(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any], str | None]]:
     blocks = doc["resourceLogs"] if "resourceLogs" in doc else [doc]
     if not isinstance(blocks, list):
         raise FieldError("resourceLogs", f"expected an array, got {_jtype(blocks)}")
     for r, rl in enumerate(blocks):
         res = attributes(((rl or {}).get("resource") or {}).get("attributes") or [], f"resourceLogs.{r}.resource.attributes")
         for s, sl in enumerate((rl or {}).get("scopeLogs", (rl or {}).get("instrumentationLibraryLogs")) or []):
+            schema = (sl or {}).get("schemaUrl") or (rl or {}).get("schemaUrl")
             for i, rec in enumerate((sl or {}).get("logRecords") or []):
                 if isinstance(rec, dict):
-                    yield f"resourceLogs.{r}.scopeLogs.{s}.logRecords.{i}", res, rec
+                    yield f"resourceLogs.{r}.scopeLogs.{s}.logRecords.{i}", res, rec, schema
 
 
-def _doc_items(doc: Any, stem: str, where: str) -> Iterator[WorkloadItem | FieldError]:
-    if not isinstance(doc, dict):
-        yield FieldError(None, f"expected an OTLP JSON object, got {_jtype(doc)}")
+@dataclass(frozen=True)
+class Fragment:
+    """What one span or log record says about one model call; ``otlp_calls`` joins the fragments of a
+    call (same ``key``) across the files given together.
+
+    kind: ``call`` has the prompt (span attributes, or a ``gen_ai.client.inference.operation.details``
+    event / log record); ``bare`` is a model-call span without content (capture off, or the content
+    went to log records); ``message`` / ``choice`` are the v1.30 conventions' per-message log events
+    (``gen_ai.<role>.message``: ``attrs = {"role", "body"}``; ``gen_ai.choice``: ``attrs = {"body"}``).
+    """
+
+    where: str
+    label: str
+    kind: Literal["call", "bare", "message", "choice"]
+    key: str | None
+    attrs: dict[str, Any]
+    meta: dict[str, Any]
+
+
+def _fragment(label: str, res: dict[str, Any], rec: dict[str, Any], is_log: bool, where: str) -> Fragment | None:
+    attrs = attributes(rec.get("attributes") or [], f"{label}.attributes")
+    tid, sid = _hex_id(rec.get("traceId")), _hex_id(rec.get("spanId"))
+    key = f"{tid}:{sid}" if tid and sid else None
+    meta = {k: v for k, v in (("trace_id", tid or None), ("span_id", sid or None), ("span_name", rec.get("name")),
+                              ("service", res.get("service.name")),
+                              ("start_time_unix_nano", _nano(rec.get("startTimeUnixNano", rec.get("timeUnixNano")))))
+            if v is not None}
+    if is_log:
+        name = rec.get("eventName") or attrs.get("event.name")
+        if isinstance(name, str) and name in LEGACY_MESSAGES:
+            body = any_value(rec["body"], f"{label}.body") if isinstance(rec.get("body"), dict) else None
+            if name == LEGACY_CHOICE:
+                return Fragment(where, label, "choice", key, {"body": body}, meta)
+            return Fragment(where, label, "message", key, {"role": name.split(".")[1], "body": body}, meta)
+        if name != DETAILS_EVENT:
+            return None
+    else:
+        for j, ev in enumerate(rec.get("events") or []):
+            if isinstance(ev, dict) and ev.get("name") == DETAILS_EVENT:
+                attrs = {**attrs, **attributes(ev.get("attributes") or [], f"{label}.events.{j}.attributes")}
+    if not is_model_call(attrs):
+        return None
+    has_prompt = any(attrs.get(k) is not None for k in _CONTENT_KEYS) or any(k.startswith("gen_ai.prompt.") for k in attrs)
+    return Fragment(where, label, "call" if has_prompt else "bare", key, attrs, meta)
+
+
+def fragments(path: Path, max_line_bytes: int,
+              max_decompressed_bytes: int | None = None) -> Iterator[Fragment | WorkloadError]:
+    """Every model-call fragment of an OTLP JSON export, in file order; a broken document is a
+    ``WorkloadError`` naming its place, and reading goes on with the next one."""
+    console = console_export(path, max_line_bytes, max_decompressed_bytes)
+    if console is not None:
+        yield WorkloadError(str(path), en("import.otlp.console", exporter=console))
         return
-    logs = "resourceLogs" in doc or "scopeLogs" in doc
-    try:
-        records = list(_log_records(doc) if logs else _spans(doc))
-    except FieldError as e:
-        yield e
-        return
-    for label, res, rec in records:
-        field = f"{label}."
+    arrays = {"resourceSpans": "resourceSpans", "resourceLogs": "resourceLogs"}
+    for where, doc in documents(path, max_line_bytes, arrays, max_decompressed_bytes):
+        if isinstance(doc, WorkloadError):
+            yield doc
+            continue
+        if where.rsplit(":", 1)[-1].startswith("resourceLogs"):
+            doc = {"resourceLogs": [doc]}
+        elif where.rsplit(":", 1)[-1].startswith("resourceSpans"):
+            doc = {"resourceSpans": [doc]}
+        if not isinstance(doc, dict):
+            yield WorkloadError(where, f"expected an OTLP JSON object, got {_jtype(doc)}")
+            continue
+        if console_record(doc) is not None:
+            yield WorkloadError(where, en("import.otlp.console", exporter=console_record(doc)))
+            continue
+        is_log = "resourceLogs" in doc or "scopeLogs" in doc
         try:
-            attrs = attributes(rec.get("attributes") or [], f"{label}.attributes")
-            if logs:
-                name = rec.get("eventName") or attrs.get("event.name")
-                if name != DETAILS_EVENT:
-                    continue
-            else:
-                for j, ev in enumerate(rec.get("events") or []):
-                    if isinstance(ev, dict) and ev.get("name") == DETAILS_EVENT:
-                        attrs = {**attrs, **attributes(ev.get("attributes") or [], f"{label}.events.{j}.attributes")}
-            if not is_model_call(attrs):
-                continue
-            tid, sid = rec.get("traceId") or "", rec.get("spanId") or ""
-            item_id = f"{tid}:{sid}" if tid and sid else f"{stem}:{where.rsplit(':', 1)[-1]}:{label}"
-            meta = {k: v for k, v in (("trace_id", tid or None), ("span_id", sid or None),
-                                      ("span_name", rec.get("name")), ("service", res.get("service.name")),
-                                      ("start_time_unix_nano", _nano(rec.get("startTimeUnixNano", rec.get("timeUnixNano")))))
-                    if v is not None}
-            yield item_from_attributes(attrs, item_id, meta, field)
+            recs = list(_log_records(doc) if is_log else _spans(doc))
         except FieldError as e:
-            yield e
+            yield WorkloadError(where, e.message, e.field)
+            continue
+        for label, res, rec, _schema in recs:
+            try:
+                frag = _fragment(label, res, rec, is_log, where)
+            except FieldError as e:
+                yield WorkloadError(where, e.message, e.field)
+                continue
+            if frag is not None:
+                yield frag
+
+
+def _hex_id(v: Any) -> str:
+    """A trace / span id as lower-case hex: OTLP JSON writes hex; protobuf's generic JSON mapping
+    (``MessageToJson``) writes base64, taken too."""
+    if not isinstance(v, str) or not v:
+        return ""
+    if all(c in "0123456789abcdefABCDEF" for c in v) and len(v) in (16, 32):
+        return v.lower()
+    try:
+        raw = base64.b64decode(v, validate=True)
+    except (ValueError, TypeError):
+        return v
+    return raw.hex() if len(raw) in (8, 16) else v
 
 
 def _nano(v: Any) -> int | None:
@@ -238,25 +308,34 @@ def _nano(v: Any) -> int | None:
         return None
 
 
-def records(path: Path, max_line_bytes: int,
-            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
-    """Every model call of an OTLP JSON export, in file order."""
-    stem = path.name
-    arrays = {"resourceSpans": "resourceSpans", "resourceLogs": "resourceLogs"}
-    for where, doc in documents(path, max_line_bytes, arrays, max_decompressed_bytes):
-        if isinstance(doc, WorkloadError):
-            yield where, doc
-            continue
-        if where.rsplit(":", 1)[-1].startswith("resourceLogs"):
-            doc = {"resourceLogs": [doc]}
-        elif where.rsplit(":", 1)[-1].startswith("resourceSpans"):
-            doc = {"resourceSpans": [doc]}
-        for got in _doc_items(doc, stem, where):
-            if isinstance(got, FieldError):
-                yield where, WorkloadError(where, got.message, got.field)
-            else:
-                yield where, got
+#: top-level keys of the SDK's console exporters' records (``ReadableSpan.to_json``, ``LogRecord.to_json``)
+_CONSOLE_SPAN = ("context", "kind", "start_time")
+_CONSOLE_LOG = ("severity_number", "observed_timestamp")
+
+
+def console_record(obj: Any) -> str | None:
+    """The exporter's name (``ConsoleSpanExporter`` / ``ConsoleLogRecordExporter``) when ``obj`` is what
+    the OpenTelemetry SDK's console exporters print for one record, else None."""
+    if not isinstance(obj, dict):
+        return None
+    if all(k in obj for k in _CONSOLE_SPAN) and str(obj.get("kind", "")).startswith("SpanKind."):
+        return "ConsoleSpanExporter"
+    if all(k in obj for k in _CONSOLE_LOG):
+        return "ConsoleLogRecordExporter"
+    return None
+
+
+def console_export(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = None) -> str | None:
+    """The console exporter's name when the file is its output (records printed one after another,
+    pretty-printed by default: no JSON document as a whole), else None."""
+    try:
+        kind, first = layout(path, max_line_bytes, max_decompressed_bytes)
+    except WorkloadError:
+        return None
+    if kind == "lines":
+        return console_record(first)
+    return console_record(top_keys(path, max_decompressed_bytes)) if kind == "object" else None
 
 
 def looks_like(obj: Any) -> bool:
-    return isinstance(obj, dict) and ("resourceSpans" in obj or "resourceLogs" in obj)
+    return isinstance(obj, dict) and ("resourceSpans" in obj or "resourceLogs" in obj or console_record(obj) is not None)
