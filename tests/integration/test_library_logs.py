@@ -68,6 +68,7 @@ def test_litellm_callback_payloads_from_a_live_server(server: str, tmp_path: Pat
     check_litellm(tmp_path / "litellm.jsonl")
 
 
+@pytest.mark.slow  # five content modes, three calls each, in one subprocess: ~9-11 s here
 @pytest.mark.skipif(not _have("opentelemetry.instrumentation.openai_v2", "opentelemetry.exporter.otlp.json.file"),
                     reason="opentelemetry-instrumentation-openai-v2 / -exporter-otlp-json-file are not installed "
                            "(pip install -e '.[logs]')")
