@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from specgauge.config import MIN_SPEEDUP, ConfigError
 from specgauge.paths import public_url
+from specgauge.stats.collapse import CollapseCriteria
 from specgauge.stats.stalls import StallCriteria
 from specgauge.units import parse_duration  # noqa: F401  (the one duration grammar; cli.canary imports it here)
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
-GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance", "structured_outputs", "stalls")
+GUARDRAILS = ("failure_rate", "ttft_p95", "tpot_p95", "e2e_p95", "acceptance", "structured_outputs", "stalls", "acceptance_replay")
 def parse_steps(text: str, flag: str = "--steps") -> list[float]:
     """``1,5,25,50,100`` -> [1.0, 5.0, 25.0, 50.0, 100.0]: increasing percentages in (0, 100]."""
     try:
@@ -72,6 +73,7 @@ class JudgeConfig(BaseModel):
     resamples: int = Field(default=2000, ge=200)
     seed: int = 0
     stalls: StallCriteria = Field(default_factory=StallCriteria, description="what counts as a stall: a gap above factor x the window's baseline TPOT and min_gap_ms")
+    collapse: CollapseCriteria = Field(default_factory=CollapseCriteria, description="when the candidate's acceptance counts as collapsed against the replay of its own outputs")
 
     @field_validator("metrics")
     @classmethod
@@ -120,6 +122,9 @@ class CanaryConfig(BaseModel):
     duration_s: float | None = Field(default=None, gt=0)
     tag_responses: bool = True
     candidate_dialect: str = "auto"
+    #: the candidate's speculative config (vLLM's JSON): each window replays its outputs through the same
+    #: drafter (guardrail:acceptance_replay); needs the responses' token ids (clients asking return_token_ids)
+    speculative_config: dict[str, Any] | None = None
     mode: Literal["live", "shadow"] = "live"
 
     @field_validator("baseline", "candidate")

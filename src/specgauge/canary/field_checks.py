@@ -4,7 +4,10 @@ baseline on the same window, each a one-sided Fisher exact test on per-request y
 
 * ``guardrail:structured_outputs``: requests whose tool calls / JSON broke their own schema;
 * ``guardrail:stalls``: requests whose longest gap between two output chunks is above
-  ``stalls.factor`` × the window's baseline TPOT (and ``stalls.min_gap_ms``), ``stats.stalls``.
+  ``stalls.factor`` × the window's baseline TPOT (and ``stalls.min_gap_ms``), ``stats.stalls``;
+* ``guardrail:acceptance_replay`` (with ``canary --speculative-config``): the candidate's acceptance
+  far below the replay of its own outputs through the same drafter, overall, past a prompt length or
+  from a draft position (``stats.collapse``): a broken drafter, kernel or config.
 
 Pure: the window's samples in, ``Check`` records out (``canary.judge`` runs them with the other
 guardrails); the reasons are English (``en``), stored in the decision log, translated when shown.
@@ -21,6 +24,7 @@ from specgauge.canary.config import JudgeConfig
 from specgauge.canary.window import Sample
 from specgauge.i18n import en
 from specgauge.stats.rates import compare_rates
+from specgauge.stats.replay_check import ReplayCheck
 
 
 def outputs_check(base: Sequence[Sample], cand: Sequence[Sample], baseline_expected: bool, cfg: JudgeConfig) -> dict[str, Any] | None:
@@ -75,7 +79,33 @@ def stalls_check(base: Sequence[Sample], cand: Sequence[Sample], baseline_expect
                           "longest": ex, "test": "Fisher exact, one-sided"})
 
 
-def field_checks(base: Sequence[Sample], cand: Sequence[Sample], baseline_expected: bool, cfg: JudgeConfig) -> list[dict[str, Any]]:
+def replay_check(replay: ReplayCheck | None, cfg: JudgeConfig) -> dict[str, Any] | None:
+    """The acceptance-replay guardrail: the candidate's acceptance against the replay of its own outputs."""
+    prof = replay.profile if replay is not None and replay.available else None
+    if replay is None:
+        return None
+    name, crit = "guardrail:acceptance_replay", "acceptance_replay" in cfg.guardrails.critical
+    if prof is None or not prof.requests:
+        why = replay.reason or en("canary.j.replay_no_counts")
+        return dict(name=name, kind="guardrail", status="skipped", critical=crit, reason=en("canary.j.replay_none", why=why),
+                    evidence={"requests": replay.requests})
+    ev = {"requests": prof.requests, "server_rate": prof.server_rate, "replay_rate": prof.replay_rate,
+          "bands": [b.model_dump() for b in prof.bands], "positions": [p.model_dump() for p in prof.positions],
+          "method": replay.method, "k": replay.k}
+    if prof.collapse is not None:
+        return dict(name=name, kind="guardrail", status="fail", critical=crit, reason=prof.collapse.summary,
+                    evidence={**ev, "collapse": prof.collapse.model_dump()})
+    return dict(name=name, kind="guardrail", status="pass", critical=crit, evidence=ev,
+                reason=en("canary.j.replay_ok", n=prof.requests, srv=_pct(prof.server_rate), rep=_pct(prof.replay_rate)))
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+def field_checks(base: Sequence[Sample], cand: Sequence[Sample], baseline_expected: bool, cfg: JudgeConfig,
+                 replay: ReplayCheck | None = None) -> list[dict[str, Any]]:
     """Every field guardrail that has something to judge in this window (``Check`` fields)."""
-    out = [outputs_check(base, cand, baseline_expected, cfg), stalls_check(base, cand, baseline_expected, cfg)]
+    out = [outputs_check(base, cand, baseline_expected, cfg), stalls_check(base, cand, baseline_expected, cfg),
+           replay_check(replay, cfg)]
     return [c for c in out if c is not None]

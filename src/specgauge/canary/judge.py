@@ -47,6 +47,7 @@ from specgauge.canary.config import JudgeConfig
 from specgauge.canary.field_checks import field_checks
 from specgauge.canary.window import PairResult, Sample
 from specgauge.records import SpecCounts
+from specgauge.stats.replay_check import ReplayCheck
 from specgauge.stats.shift import (
     bootstrap_quantile_ratio,
     failure_test,
@@ -101,6 +102,8 @@ class WindowInput(BaseModel):
     spec_source: str | None = None
     pairs: list[PairResult] = Field(default_factory=list)
     baseline_expected: bool = True  #: False at weight 100: no baseline traffic by design
+    #: the candidate's outputs replayed through its own drafter, against its counts (``stats.replay_check``)
+    replay: ReplayCheck | None = None
 
 
 def _values(samples: Sequence[Sample], metric: str) -> list[float]:
@@ -278,7 +281,7 @@ def judge_window(inp: WindowInput, cfg: JudgeConfig) -> Judgement:
     counts = {"baseline": len(base), "candidate": len(cand), "baseline_ok": len(b_ok), "candidate_ok": len(c_ok),
               "pairs": len(inp.pairs)}
     checks = _guardrails(cand, inp, cfg)
-    checks += [Check(**c) for c in field_checks(base, cand, inp.baseline_expected, cfg)]
+    checks += [Check(**c) for c in field_checks(base, cand, inp.baseline_expected, cfg, inp.replay)]
     speed: str | None = None
     speed_metric: str | None = None
     findings: dict[str, str] = {}

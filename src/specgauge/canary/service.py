@@ -47,6 +47,8 @@ from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.paths import public_url
 from specgauge.records import RequestRecord, ResultsFile, SpecCounts
+from specgauge.stats.record_fields import token_ids
+from specgauge.stats.replay_check import check_run
 
 
 class CanaryError(UserError):
@@ -269,6 +271,9 @@ class CanaryService:
     def record(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, pair_key: str | None, client_gone: bool,
                client_error: bool) -> None:
         self.window.add(side, role, rec, counted=counted, client_gone=client_gone, client_error=client_error)
+        if (self.cfg.speculative_config is not None and side is Side.candidate and counted and rec.ok
+                and token_ids(rec.extra) is not None):
+            self.window.replay.append(rec.model_copy(update={"chunks": [], "text": ""}))
         if pair_key is not None and rec.ok:
             pr = self.pairing.add(side, pair_key, rec.text)
             if pr is not None:
@@ -333,8 +338,13 @@ class CanaryService:
             end = time.time()
             snap = await self._scrape(self.proxy.candidate.session, self.cfg.candidate)
             spec, source = self._spec(snap)
+            replay = None
+            if self.cfg.speculative_config is not None and w.replay:  # the candidate's outputs through its own drafter
+                replay = await asyncio.to_thread(check_run, list(w.replay), self.cfg.speculative_config, "canary --speculative-config",
+                                                 collapse=self.cfg.judge.collapse)
             inp = WindowInput(baseline=list(w.samples[Side.baseline]), candidate=list(w.samples[Side.candidate]), spec=spec,
-                              spec_source=source, pairs=list(w.pairs), baseline_expected=self.cfg.shadow or ctl.weight < 100)
+                              spec_source=source, pairs=list(w.pairs), baseline_expected=self.cfg.shadow or ctl.weight < 100,
+                              replay=replay)
             j: Judgement = await asyncio.to_thread(judge_window, inp, self.cfg.judge)
             d: Decision = ctl.decide(j)
             self._state_file.save(ctl.state)

@@ -89,6 +89,8 @@ class Window:
     client_gone: int = 0
     client_errors: int = 0
     pairs: list[PairResult] = field(default_factory=list)
+    #: the candidate's successful records with token ids, outputs' text and chunks dropped (the replay guardrail)
+    replay: list[RequestRecord] = field(default_factory=list)
 
     def add(self, side: Side, role: Role, rec: RequestRecord, *, counted: bool, client_gone: bool = False,
             client_error: bool = False) -> None:

@@ -34,6 +34,9 @@ def compare(
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     show_mismatches: Annotated[int, typer.Option("--show-mismatches", min=0, help="Temperature-0 mismatches to print.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="A fitted step-cost law (cost_profile.json from calibrate): its prediction of the drafter's prefill is shown beside the measured TTFT split.")] = None,
+    stall_factor: Annotated[float, typer.Option("--stall-factor", min=1, help="A gap between two output chunks above this many times the baseline's median TPOT is a stall (and above --min-stall-ms).")] = 10.0,
+    min_stall_ms: Annotated[float, typer.Option("--min-stall-ms", min=0, help="The shortest gap that counts as a stall.")] = 250.0,
     lang: LangOpt = None,
 ) -> None:
     """Paired A/B: speedup and latency deltas with bootstrap CIs, output equivalence, GO / NO-GO / INCONCLUSIVE.
@@ -43,12 +46,14 @@ def compare(
     from specgauge.i18n import check_lang
     from specgauge.report.runs import CompareRequest, compare_paths
     from specgauge.stats.compare import CompareConfig
+    from specgauge.stats.stalls import StallCriteria
     from specgauge.stats.verdict import VerdictCriteria, metric_key, parse_slo
 
     lang = check_lang(lang)
     req = CompareRequest(
         baseline=baseline, candidate=candidate, temperature=temperature, scorer=scorer,
-        config=CompareConfig(resamples=resamples, seed=seed),
+        config=CompareConfig(resamples=resamples, seed=seed, stalls=StallCriteria(factor=stall_factor, min_gap_ms=min_stall_ms)),
+        cost_profile=cost_profile,
         criteria=VerdictCriteria(slo_ms=parse_slo(slo), latency_metric=metric_key(latency_metric, "--latency-metric"),
                                  min_speedup=min_speedup, max_failure_increase=max_failure_increase,
                                  max_divergence=max_divergence, min_pairs=min_pairs),

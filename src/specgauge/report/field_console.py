@@ -26,6 +26,7 @@ def bench_lines(g: dict[str, Any]) -> list[str]:
         for ex in (so.get("examples") or [])[:1]:
             rid, _, err = str(ex).partition(": ")
             out.append(t("field.bench.first", id=rid, error=translate(err)))
+    out += profile_lines((g.get("replay_check") or {}).get("profile"))
     st = g.get("stalls")
     if st and st.get("requests"):
         ref = st.get("tpot_ref_ms")
@@ -34,6 +35,53 @@ def bench_lines(g: dict[str, Any]) -> list[str]:
                      mx=_ms(st.get("longest_gap_max_ms"))))
         for row in (st.get("stalls") or [])[:3]:
             out.append(stall_line(row))
+    return out
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def _rate(a: int, d: int) -> float | None:
+    return a / d if d else None
+
+
+def band_label(b: dict[str, Any]) -> str:
+    def k(n: int) -> str:
+        return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+    return f"{k(b['lo'])}+" if b.get("hi") is None else f"{k(b['lo'])}–{k(b['hi'])}"
+
+
+def profile_lines(prof: dict[str, Any] | None) -> list[str]:
+    """A replay check's acceptance profile: per prompt-length band and per position, live / replayed."""
+    if not prof or not prof.get("requests"):
+        return []
+    bands = ", ".join(t("field.band", band=band_label(b), live=_pct(_rate(b["server_accepted"], b["server_draft_tokens"])),
+                        rep=_pct(_rate(b["replay_accepted"], b["replay_draft_tokens"])), n=b["requests"])
+                      for b in prof.get("bands") or [])
+    out = [t("field.bench.bands", bands=bands)]
+    pos = " ".join(f"{_pct(p.get('server'))}/{_pct(p.get('replay'))}" for p in prof.get("positions") or [])
+    if pos:
+        out.append(t("field.bench.positions", pos=pos))
+    col = prof.get("collapse")
+    if col:
+        out.append(t("field.bench.collapse", text=translate(col["summary"])))
+    return out
+
+
+def ttft_lines(split: Any) -> list[str]:
+    """compare's TTFT split (``stats.ttft.TtftSplit``), one or two lines."""
+    if split is None or split.measured_delta_ms is None:
+        return []
+    if split.queue_delta_ms is None or split.prefill_delta_ms is None:
+        return [t("field.ttft.only", d=f"{split.measured_delta_ms:+.1f}", n=split.pairs, why=translate(split.reason or ""))]
+    out = [t("field.ttft.split", d=f"{split.measured_delta_ms:+.1f}", n=split.pairs, q=f"{split.queue_delta_ms:+.1f}",
+             p=f"{split.prefill_delta_ms:+.1f}", r=f"{split.rest_delta_ms:+.1f}")]
+    if split.predicted_prefill_delta_ms is not None:
+        out.append(t("field.ttft.predicted", p=f"{split.predicted_prefill_delta_ms:+.1f}", basis=translate(split.predicted_basis or "")))
+    if split.finding:
+        out.append(t(f"field.ttft.finding.{split.finding}"))
     return out
 
 
@@ -80,6 +128,8 @@ def render_compare(r: Any, console: Any) -> None:
 
     rows = _compare_rows(r)
     if not rows:
+        for line in ttft_lines(getattr(r, "ttft", None)):
+            console.print(escape(line), highlight=False)
         return
     tb = Table(title=t("field.h.compare"), title_justify="left")
     for i, c in enumerate((t("field.c.group"), t("field.c.check"), t("field.c.baseline"), t("field.c.candidate"), t("field.c.p"))):
@@ -91,6 +141,8 @@ def render_compare(r: Any, console: Any) -> None:
         for ex in r.overall.outputs.examples[:3]:
             rid, _, err = ex.partition(": ")
             console.print(escape(t("field.bench.first", id=rid, error=translate(err))), highlight=False)
+    for line in ttft_lines(getattr(r, "ttft", None)):
+        console.print(escape(line), highlight=False)
     st = r.overall.stalls if r.overall is not None else None
     if st is not None and st.stalls:
         console.print(escape(t("field.compare.stalls", thr=f"{st.threshold_ms:.0f}",

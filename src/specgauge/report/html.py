@@ -32,6 +32,7 @@ from specgauge.report.canary_html import (
     render_canaries,
     split_canaries,
 )
+from specgauge.report.field_html import render_field
 from specgauge.report.figures import fig_html, plot_label, template_env
 from specgauge.report.runs import LoadedRun, load_run
 from specgauge.report.sweep_html import SweepSection, render_sections, split_inputs
@@ -388,6 +389,7 @@ def render_html(data: ReportData, runs: Sequence[LoadedRun]) -> str:
         d=data, figs=figs, plotly_js=jinja2.utils.markupsafe.Markup(js), measured=measured_speedups(data),
         sweep_html=jinja2.utils.markupsafe.Markup(render_sections(data.sweeps, data.recommendations)),
         canary_html=jinja2.utils.markupsafe.Markup(render_canaries(data.canaries)),
+        field_html=jinja2.utils.markupsafe.Markup(render_field(runs, data.comparisons)),
         generated=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.generated_at)),
     )
 

@@ -32,6 +32,8 @@ from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.memory import compare_memory
 from specgauge.stats.diagnosis import diagnose
+from specgauge.stats.replay_check import speculative_config_of_server
+from specgauge.stats.ttft import TtftSplit, split_ttft
 from specgauge.stats.verdict import ComparisonResult, RunInfo, Verdict, VerdictCriteria, decide, decide_simulations
 from specgauge.workload.profile import WorkloadProfile
 
@@ -251,6 +253,30 @@ def load_run(path: str | Path, label: str | None = None) -> LoadedRun:
                        "or the JSON of compare / simulate / profile)")
 
 
+def spec_of(run: LoadedRun) -> dict[str, Any] | None:
+    """The speculative config a bench run was told (``bench --speculative-config``) or its server stated."""
+    stated = ((run.run or {}).get("config") or {}).get("speculative_config")
+    if isinstance(stated, dict):
+        return stated
+    return speculative_config_of_server((run.run or {}).get("server") or {})
+
+
+def _ttft_split(b: LoadedRun, c: LoadedRun, cost_profile: Path | None, alpha: float) -> TtftSplit:
+    """The TTFT delta split by the servers' own histograms, with the step law's drafter prefill beside it."""
+    diffs = [[s.counter_diff for s in r.sessions() if s.counter_diff] for r in (b, c)]
+    split = split_ttft(b.records, c.records, diffs[0], diffs[1], alpha)
+    if cost_profile is not None:
+        from specgauge.predict.profile import StepCostProfile
+        from specgauge.predict.ttft import basis, predicted_prefill_delta_s
+
+        prof = StepCostProfile.load(cost_profile)
+        spec = spec_of(c)
+        prompts = [r.prompt_tokens for r in c.records if r.ok and r.prompt_tokens]
+        split.predicted_prefill_delta_ms = 1000 * predicted_prefill_delta_s(prof, spec, prompts)
+        split.predicted_basis = basis(cost_profile.name, spec)
+    return split
+
+
 class CompareRequest(BaseModel):
     """Everything ``specgauge compare`` needs: the CLI fills it from flags."""
 
@@ -260,6 +286,8 @@ class CompareRequest(BaseModel):
     criteria: VerdictCriteria = Field(default_factory=VerdictCriteria)
     temperature: float | None = Field(default=None, ge=0)
     scorer: str | None = None
+    #: a fitted step-cost law (``cost_profile.json``): predicts the drafter's share of the TTFT delta
+    cost_profile: Path | None = None
 
 
 def compare_paths(req: CompareRequest) -> ComparisonResult:
@@ -281,6 +309,7 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
                  candidate_counters=c.counters()[0])
     res.notes = b.notes + c.notes + res.notes
     res.memory = compare_memory(b.summary, c.summary)
+    res.ttft = _ttft_split(b, c, req.cost_profile, req.criteria.alpha)
     res.diagnosis = diagnose(res.overall.equivalence if res.overall else None, c.summary, c.max_concurrency,
                              req.criteria.alpha)
     if res.diagnosis.failed:  # the verdict names the failed part
@@ -292,6 +321,9 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
             ov.verdict = Verdict.INCONCLUSIVE
             ov.reasons.insert(0, en("report.r.accepts_fewer"))
         ov.reasons.append(en("diagnosis.cause", text=res.diagnosis.cause))
+        if res.diagnosis.collapse is not None:  # the server pays nothing or corrupts: never a GO (docs/field-failures.md)
+            ov.verdict = Verdict.NO_GO
+            ov.reasons.insert(0, en("verdict.collapse", text=res.diagnosis.collapse))
     else:
         res.notes.append(en("diagnosis.note", text=res.diagnosis.cause))
     return res

@@ -30,6 +30,8 @@ class Diagnosis(BaseModel):
     target: str  #: what the output comparison says
     drafter: str  #: what the replay check says
     concurrency: int | None = None  #: the candidate's max concurrency
+    #: the candidate server's acceptance collapsed against its own outputs' replay (``stats.collapse``): the problem, named
+    collapse: str | None = None
 
 
 def _target(eq: EquivalenceResult | None, alpha: float) -> tuple[bool | None, str]:
@@ -55,6 +57,9 @@ def _drafter(check: Any) -> tuple[bool | None, str]:
         return None, "the candidate run has no replay check (bench from before specgauge 0.x, or not a bench run)"
     if not check.get("available"):
         return None, f"no replay check: {check.get('reason') or 'unavailable'}"
+    collapse = _collapse(check)
+    if collapse is not None:
+        return True, en("diagnosis.collapse", text=collapse)
     if check.get("gap"):
         return True, f"the drafter lost acceptance on its own outputs: {check.get('gap_summary')}"
     n, m, u = check.get("requests", 0), check.get("matching", 0), check.get("uncertain", 0)
@@ -66,6 +71,12 @@ def _drafter(check: Any) -> tuple[bool | None, str]:
     rate_s = f" ({100 * rate:.1f} % accepted)" if isinstance(rate, (int, float)) else ""
     tail = f"; {u} more could not be vouched for" if u else ""
     return False, f"the drafter accepts what its own outputs allow: {m} of {n} requests equal the replay{rate_s}{tail}"
+
+
+def _collapse(check: Any) -> str | None:
+    """The replay check's named collapse (its summary), if it found one."""
+    col = ((check.get("profile") if isinstance(check, dict) else None) or {}).get("collapse") or {}
+    return col.get("summary") if isinstance(col, dict) and col.get("summary") else None
 
 
 def diagnose(equivalence: EquivalenceResult | None, candidate_summary: dict[str, Any] | None,
@@ -88,4 +99,5 @@ def diagnose(equivalence: EquivalenceResult | None, candidate_summary: dict[str,
         cause = "no failure found: outputs unchanged, and the server accepts what its outputs allow"
     else:
         cause = f"no failure found in what could be checked ({t_text}; {d_text})"
-    return Diagnosis(failed=failed, cause=cause, target=t_text, drafter=d_text, concurrency=candidate_concurrency)
+    return Diagnosis(failed=failed, cause=cause, target=t_text, drafter=d_text, concurrency=candidate_concurrency,
+                     collapse=_collapse(check))

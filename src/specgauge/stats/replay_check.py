@@ -40,6 +40,7 @@ from specgauge.drafters.base import ReplayTrace, drafter_factory, final_bound
 from specgauge.i18n import en
 from specgauge.offline.replay import MethodReplay, MethodSpec
 from specgauge.records import RequestRecord
+from specgauge.stats.collapse import AcceptanceProfile, CollapseCriteria, Row, profile
 from specgauge.stats.record_fields import per_step, token_ids
 from specgauge.stats.suffix_schedule import schedule_of, schedule_traces, scheduled_requests
 
@@ -101,6 +102,9 @@ class ReplayCheck(BaseModel):
     #: replay totals of the requests the server gave no counts for, and their final-step bounds
     unpaired: Counts = Field(default_factory=Counts)
     unpaired_bound: int = 0
+    #: live against replayed acceptance per draft position and prompt-length band, and a collapse
+    #: (live far below the replay) named with its evidence (``stats.collapse``)
+    profile: AcceptanceProfile | None = None
 
 
 def unavailable(reason: str, **kw: Any) -> ReplayCheck:
@@ -229,9 +233,11 @@ def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord],
 
 
 def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[str, Any] | None, config_source: str,
-              max_model_len: int | None = None, warmups: Sequence[dict[str, Any]] = ()) -> ReplayCheck:
+              max_model_len: int | None = None, warmups: Sequence[dict[str, Any]] = (),
+              collapse: CollapseCriteria | None = None) -> ReplayCheck:
     """Replay every successful request with token ids and compare with the server's own counts.
-    ``warmups``: the run's warm-up requests (``RunRecord.warmups``), which a stateful cache learned first."""
+    ``warmups``: the run's warm-up requests (``RunRecord.warmups``), which a stateful cache learned first;
+    ``collapse``: when live acceptance counts as collapsed (``stats.collapse``)."""
     if spec is None:
         return unavailable(en("rc.r.no_config"))
     try:
@@ -256,6 +262,7 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
         res.notes.append(en("rc.n.no_ids", n=len(ok) - len(with_ids)))
     scheduled, overlap = _suffix_state(res, rep, [r for r, _ in with_ids], warmups, max_model_len) \
         if cfg.method == "suffix" else (None, False)
+    rows: list[Row] = []
     for rec, (prompt, out) in with_ids:
         steps = _per_step(rec)
         try:
@@ -271,7 +278,11 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
             drafts=s.drafts or 0, draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens)
         row = judge_request(rec.id, t, len(out), server, steps, unc)
         _tally(res, row)
+        if server is not None and s is not None:
+            rows.append(Row(prompt_tokens=len(prompt), server=s, drafted=t.drafted, accepted=t.accepted))
     _finish(res)
+    if rows:
+        res.profile = profile(rows, collapse, int(cfg.num_speculative_tokens or 0) or None)
     return res
 
 

@@ -35,7 +35,7 @@ MAX_ROWS = 10  #: stalls kept in a table (the longest)
 
 
 class StallCriteria(BaseModel):
-    factor: float = Field(default=10.0, gt=1, description="a gap above factor × the reference TPOT is a stall")
+    factor: float = Field(default=10.0, ge=1, description="a gap above factor × the reference TPOT is a stall")
     min_gap_ms: float = Field(default=250.0, ge=0, description="and above this many milliseconds")
 
     def threshold_s(self, tpot_ref_s: float | None) -> float:

@@ -49,6 +49,7 @@ from specgauge.stats.compare import (
 from specgauge.stats.diagnosis import Diagnosis
 from specgauge.stats.equivalence import EquivalenceResult, Scorer, check_equivalence
 from specgauge.stats.memory import MemoryRow
+from specgauge.stats.ttft import TtftSplit
 
 _METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
 _SLO_RE = re.compile(r"^(ttft|tpot|e2e|e2el)_(p50|p95)(?:_ms)?$")
@@ -128,6 +129,8 @@ class ComparisonResult(BaseModel):
     memory: list[MemoryRow] = Field(default_factory=list)
     #: which part failed: the target (outputs changed) or the drafter (acceptance below its outputs') — ``stats.diagnosis``
     diagnosis: Diagnosis | None = None
+    #: the candidate's TTFT delta split into queueing and prefill, the step law's drafter prefill beside it (``stats.ttft``)
+    ttft: TtftSplit | None = None
 
 
 # ---------------------------------------------------------------------------- parsing

@@ -44,6 +44,7 @@ from specgauge.predict.law import SHAPES, is_model_method
 from specgauge.predict.predict import step_function
 from specgauge.predict.replay import resolve_spec
 from specgauge.testing._loop import ThreadedServer
+from specgauge.testing.faults import FaultHooks, Faults
 from specgauge.testing.vllm_metrics import vllm_metrics_text
 
 
@@ -109,6 +110,7 @@ class _Req:
     trace: tuple[list[int], list[int]] | None = None  #: replayed (drafted, accepted) per decode step
     step: int = 0  #: decode steps done
     run: int = 0  #: the run over the same requests this server served it in (0: the first)
+    return_ids: bool = False  #: the body asked for ``return_token_ids`` (answered in fault mode)
 
 
 class ScriptedServer(ThreadedServer):
@@ -118,14 +120,16 @@ class ScriptedServer(ThreadedServer):
     def __init__(self, workload: Sequence[Path], law: dict[str, float], shape: str = "flattened",
                  speculative_config: dict[str, Any] | None = None, max_batch: int | None = None,
                  model_name: str = "scripted", port: int = 0, step_fn: Any = None,
-                 traces: Traces | None = None) -> None:
+                 traces: Traces | None = None, faults: Faults | None = None) -> None:
         """``step_fn``: the step time (``predict.step_function``'s signature) in place of ``law``'s;
-        ``traces``: drafts per run from the replay (``replay_traces``) in place of live drafting."""
+        ``traces``: drafts per run from the replay (``replay_traces``) in place of live drafting;
+        ``faults``: fault mode (``testing.faults``: text, token ids, and the faults it injects)."""
         if shape not in SHAPES:
             raise ValueError(f"shape {shape!r}: expected one of {', '.join(SHAPES)}")
         self.logged = load_logged(workload)
         self.law, self.shape, self.spec = dict(law), shape, speculative_config
         self.method, self.k, cfg = resolve_spec(speculative_config)
+        self.hooks = FaultHooks(faults, self.k, speculative_config) if faults is not None else None
         self.step_seconds = step_fn or step_function(self.law, shape, self.method, self.k)
         self.max_batch = max_batch
         self.model_name = model_name
@@ -194,6 +198,8 @@ class ScriptedServer(ThreadedServer):
                 continue
             decode = self._running
             plan = [(r, *self._draft(r)) for r in decode]
+            if self.hooks is not None:
+                plan = [(r, *self.hooks.accepted(len(r.prompt), d, a)) for r, d, a in plan]
             b = len(decode)
             dsum = sum(d for _, d, _ in plan)
             dmax = max((d for _, d, _ in plan), default=0)
@@ -202,6 +208,9 @@ class ScriptedServer(ThreadedServer):
             emit = sum(min(a + 1, len(r.output) - r.emitted) for r, _, a in plan)
             smp = [d for r, d, _ in plan if r.sampled]
             dur = self.step_seconds(b, dsum, dmax, ctx, ptok, len(admitted), emit, len(smp), sum(d > 0 for d in smp), sum(smp))
+            if self.hooks is not None:
+                dur += self.hooks.step_extra_s(ptok)
+                self.hooks.on_step(start, dur, [r.arrival for r in admitted])
             end = start + dur
             self.steps.append((start, dur))
             delay = end - perf()
@@ -261,14 +270,23 @@ class ScriptedServer(ThreadedServer):
         self.counters["gen"] += n
         done = r.emitted >= len(r.output)
         c: dict[str, Any] = {"index": 0, "finish_reason": "length" if done else None}
-        text = "".join(f" t{t}" for t in toks)
+        delay = 0.0
+        if self.hooks is not None:
+            text, delay = self.hooks.chunk(r.rid, r.emitted - n, toks)
+            c["finish_reason"] = self.hooks.finish_reason(done)
+        else:
+            text = "".join(f" t{t}" for t in toks)
         if r.chat:
             c["delta"] = {"content": text}
         else:
             c["text"] = text
+        if r.return_ids:
+            c["token_ids"] = list(toks)
         usage = {"prompt_tokens": len(r.prompt), "completion_tokens": r.emitted, "total_tokens": len(r.prompt) + r.emitted}
         obj: dict[str, Any] = {"id": r.rid, "object": "chat.completion.chunk" if r.chat else "text_completion",
                                "model": self.model_name, "choices": [c]}
+        if r.return_ids and r.emitted == n:  # the first chunk: the prompt's ids (vLLM puts them there for chat)
+            obj["prompt_token_ids"] = list(r.prompt)
         if r.continuous:
             obj["usage"] = usage
         data = [obj]
@@ -280,16 +298,29 @@ class ScriptedServer(ThreadedServer):
         payload = b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in data)
         if done:
             payload += b"data: [DONE]\n\n"
-        try:
-            r.writer.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n" + (b"0\r\n\r\n" if done else b""))
-        except (ConnectionError, RuntimeError):
-            pass
+        data_out = f"{len(payload):x}\r\n".encode() + payload + b"\r\n" + (b"0\r\n\r\n" if done else b"")
+        if delay > 0:  # fault mode: this response is held back (a stall); its later chunks keep their order
+            asyncio.get_running_loop().call_later(delay, self._write, r.writer, data_out, r.done if done else None)
+        else:
+            self._write(r.writer, data_out, None)
+        if done and self.hooks is not None:
+            self.hooks.end(r.rid)
         if done:
-            r.done.set()
+            if delay <= 0:
+                r.done.set()
             self.counters["success"] += 1
             if self.drafter is not None:
                 self.drafter.end(r.rid, r.output)
         return not done
+
+    @staticmethod
+    def _write(writer: asyncio.StreamWriter, data: bytes, done: asyncio.Event | None) -> None:
+        try:
+            writer.write(data)
+        except (ConnectionError, RuntimeError):
+            pass
+        if done is not None:
+            done.set()
 
     # -- HTTP -------------------------------------------------------------------------------------
     async def _conn(self, rd: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -325,7 +356,8 @@ class ScriptedServer(ThreadedServer):
         if path == "/metrics":
             return await self._plain(w, 200, self.metrics_text().encode(), "text/plain; version=0.0.4")
         if path == "/v1/models":
-            return await self._plain(w, 200, json.dumps({"object": "list", "data": [{"id": self.model_name, "object": "model"}]}).encode())
+            card = {"id": self.model_name, "object": "model", **(self.hooks.card() if self.hooks is not None else {})}
+            return await self._plain(w, 200, json.dumps({"object": "list", "data": [card]}).encode())
         if path == "/version":
             return await self._plain(w, 200, json.dumps({"version": "scripted-1", "law": self.law, "shape": self.shape,
                                                          "speculative_config": self.spec}).encode())
@@ -346,7 +378,10 @@ class ScriptedServer(ThreadedServer):
         self._run_keys.add(key)
         r = _Req(f"req-{self._n}", prompt, out, time.perf_counter(), path.endswith("chat/completions"), w,
                  bool(opts.get("continuous_usage_stats")), SpecStats(self.k) if self.k else None,
-                 sampled=float(req.get("temperature") or 0.0) > 0, run=self._run)
+                 sampled=float(req.get("temperature") or 0.0) > 0, run=self._run,
+                 return_ids=self.hooks is not None and bool(req.get("return_token_ids")))
+        if self.hooks is not None:
+            self.hooks.start(r.rid, out, req)
         self.counters["prompt"] += len(prompt)
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         self._waiting.append(r)
@@ -359,7 +394,8 @@ class ScriptedServer(ThreadedServer):
 
     def metrics_text(self) -> str:
         gauges = {"num_requests_running": len(self._running), "num_requests_waiting": len(self._waiting)}
-        return vllm_metrics_text(self.model_name, self.counters, self.per_pos, spec=bool(self.k), gauges=gauges)
+        return vllm_metrics_text(self.model_name, self.counters, self.per_pos, spec=bool(self.k), gauges=gauges,
+                                 histograms=self.hooks.histograms() if self.hooks is not None else None)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -379,6 +415,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--gpu-costs", default="{}", help="JSON of GpuServerCosts fields (scale, host_par, ...)")
     ap.add_argument("--traces", type=Path, default=None,
                     help="JSON {label: traces} from replay_traces: drafts per step from the replay, not live")
+    ap.add_argument("--faults", default=None,
+                    help="fault mode: JSON of testing.faults.Faults ({} for fault mode without faults)")
     a = ap.parse_args(argv)
     law = json.loads(a.law)
     all_traces = json.loads(a.traces.read_text(encoding="utf-8")) if a.traces else {}
@@ -394,6 +432,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         tr = all_traces.get(label)
         if tr is not None:
             out["traces"] = [{key: (v[0], v[1]) for key, v in run.items()} for run in tr]
+        if a.faults is not None:
+            out["faults"] = Faults.model_validate_json(a.faults)
         return out
 
     if a.config:

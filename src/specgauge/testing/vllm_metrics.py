@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 
 
 def vllm_metrics_text(model: str, counters: Mapping[str, int], per_pos: Sequence[int], *, spec: bool,
-                      gauges: Mapping[str, float] | None = None) -> str:
+                      gauges: Mapping[str, float] | None = None,
+                      histograms: Mapping[str, tuple[float, int]] | None = None) -> str:
     """Prometheus text: ``gauges`` (name -> value, e.g. ``num_requests_running``) first, then
     ``kv_cache_usage_perc``, ``request_success`` / ``generation_tokens`` (and ``prompt_tokens`` when
     ``counters`` has ``prompt``), and with ``spec`` the drafts, draft tokens, accepted tokens and
-    accepted tokens per position."""
+    accepted tokens per position; ``histograms`` (name -> (sum, count)), e.g. ``request_queue_time_seconds``."""
     c = counters
     lb = f'engine="0",model_name="{model}"'
     out: list[str] = []
@@ -22,6 +23,9 @@ def vllm_metrics_text(model: str, counters: Mapping[str, int], per_pos: Sequence
         "# TYPE vllm:request_success counter", f'vllm:request_success_total{{{lb},finished_reason="length"}} {c["success"]}',
         "# TYPE vllm:generation_tokens counter", f"vllm:generation_tokens_total{{{lb}}} {c['gen']}",
     ]
+    for name, (total, n) in (histograms or {}).items():  # (sum, count) only: what a mean needs
+        out += [f"# TYPE vllm:{name} histogram", f'vllm:{name}_bucket{{{lb},le="+Inf"}} {n}',
+                f"vllm:{name}_sum{{{lb}}} {total!r}", f"vllm:{name}_count{{{lb}}} {n}"]
     if "prompt" in c:
         out += ["# TYPE vllm:prompt_tokens counter", f"vllm:prompt_tokens_total{{{lb}}} {c['prompt']}"]
     if spec:
