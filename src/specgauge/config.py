@@ -9,6 +9,7 @@ from __future__ import annotations
 from specgauge.errors import UserError
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -81,11 +82,16 @@ class SpeculativeConfig(BaseModel):
             raise ConfigError(f"--speculative-config: {format_validation_error(e)}") from None
 
 
-def format_validation_error(e: ValidationError) -> str:
-    """One line per problem: ``field.path: message`` (no pydantic URLs, no input dumps)."""
+def format_validation_error(e: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """One line per problem: ``field.path: message`` (no pydantic URLs, no input dumps); ``flags``: the
+    command-line flag that sets a top-level field (``max_concurrency`` -> ``--max-concurrency``), named
+    instead of the field."""
     parts = []
     for err in e.errors(include_url=False, include_input=False):
-        loc = ".".join(str(x) for x in err["loc"] if x not in ("function-after[_resolve(), SpeculativeConfig]",))
+        path = [str(x) for x in err["loc"] if x not in ("function-after[_resolve(), SpeculativeConfig]",)]
+        if path and flags and path[0] in flags:
+            path[0] = flags[path[0]]
+        loc = ".".join(path)
         msg = err["msg"].removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)

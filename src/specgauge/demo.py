@@ -325,13 +325,18 @@ def _why_not(profile: Any, best: Any) -> list[str]:
     return out
 
 
-def _ticker(console: Console, what: str) -> Callable[[int], None]:
-    last = [0.0]
+def _ticker(console: Console, what: str, first_s: float = 2.0) -> Callable[[int], None]:
+    """A progress line ``what`` (n so far) after ``first_s`` seconds, then each time the wait has doubled
+    (2, 4, 8, 16 … s): a few lines however long the replay, in a log file as on a terminal (a line every
+    2 s wrote dozens of "replayed N requests" lines into a non-terminal log)."""
+    t0 = time.monotonic()
+    due = [first_s]
 
     def tick(n: int) -> None:
-        now = time.monotonic()
-        if now - last[0] > 2:
-            last[0] = now
+        waited = time.monotonic() - t0
+        if waited >= due[0]:
+            while due[0] <= waited:
+                due[0] *= 2
             console.print(t(what, n=n), highlight=False)
 
     return tick

@@ -415,13 +415,20 @@ class ResultsFile:
         self._f: IO[str] | None = None
 
     def existing(self) -> list[RequestRecord]:
+        """The records already there, a torn last line cut from the file first (what a resume appends to)."""
+        return self.read(repair=True)
+
+    def read(self, repair: bool = False) -> list[RequestRecord]:
+        """The records of the file's complete lines; ``repair``: also cut a torn last line from the file
+        (never for a file only read: ``report`` may be handed any file)."""
         if not self.path.exists():
             return []
         raw = self.path.read_bytes()
         if raw and not raw.endswith(b"\n"):
             cut = raw.rfind(b"\n") + 1
-            with open(self.path, "r+b") as f:
-                f.truncate(cut)
+            if repair:
+                with open(self.path, "r+b") as f:
+                    f.truncate(cut)
             raw = raw[:cut]
         out: list[RequestRecord] = []
         for i, line in enumerate(raw.decode("utf-8").splitlines(), 1):

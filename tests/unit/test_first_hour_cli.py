@@ -4,6 +4,7 @@ what a newcomer trips over when the input is not what a command wants, each as t
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,8 +14,10 @@ ROOT = Path(__file__).parents[2]
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    # os.environ as Python sees it: pytest's process leaves COLUMNS=80 in the C environment a child inherits
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return subprocess.run([sys.executable, "-m", "specgauge", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def _prompts(tmp_path: Path, n: int = 3) -> Path:
@@ -215,3 +218,69 @@ def test_peak_output_throughput_is_never_below_the_mean() -> None:
     tail = [rec("a", [(0.1 * i, 10) for i in range(1, 21)] + [(2.1, 1)])]
     m2 = latency_metrics(tail, 2.1)
     assert m2.max_output_tokens_per_s >= m2.output_throughput and abs(m2.max_output_tokens_per_s - 111 / 1.1) < 1e-9
+
+
+def test_help_has_no_bool_placeholder_and_is_not_cut_at_80_columns() -> None:
+    """Item 9: flags take no value, so no "<bool>" after them; piped help is as wide as the rest of the output."""
+    shown = {}
+    for args in (("--help",), ("simulate", "--help"), ("bench", "--help")):
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr
+        assert "<bool>" not in r.stdout and "--help" in r.stdout
+        assert max(len(line) for line in r.stdout.splitlines()) > 100  # rich's default outside a terminal was 80
+        shown[args[0]] = r.stdout
+    assert re.search(r"--json\s+Print JSON instead of tables", shown["simulate"])
+
+
+def test_help_lists_every_workload_format_and_the_teacher_forced_figure() -> None:
+    """Item 9: the workload help names every format the loaders read (trace importers too); the known
+    methods say where the teacher-forced figure is (it is not a method of its own)."""
+    from specgauge.cli.common import FormatOpt, WorkloadArg
+    from specgauge.workload.loaders import FORMATS
+
+    arg_help, fmt_help = WorkloadArg.__metadata__[0].help.lower(), FormatOpt.__metadata__[0].help
+    for name in FORMATS:
+        assert name in arg_help or name.replace("-", " ") in arg_help, name
+        assert name in fmt_help, name
+    r = cli("simulate", "-m", "eagle3_teacher_forced", "-k", "1")
+    assert r.returncode == 2 and "unknown draft method 'eagle3_teacher_forced'" in r.stderr
+    assert "eagle3 and mtp also give the teacher-forced figure" in r.stderr and "--method eagle3:DIR" in r.stderr
+
+
+def test_report_on_a_workload_says_what_it_is_and_leaves_it_alone(tmp_path: Path) -> None:
+    """Item 9: report (or compare) handed a workload says it is a workload and what to pass instead (it said
+    "9 validation errors for RequestRecord"), and never cuts the file's unterminated last line."""
+    w = _tool_log(tmp_path)
+    w.write_bytes(w.read_bytes().rstrip(b"\n"))  # a last line without its newline
+    before = w.read_bytes()
+    r = cli("report", str(w), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{w}: a workload file (openai), not results" in r.stderr and "specgauge profile tools.jsonl --json" in r.stderr
+    assert "validation error" not in r.stderr and w.read_bytes() == before
+
+
+def test_a_bad_flag_value_names_the_flag() -> None:
+    """Item 9: a value the config refuses names the flag typed (it named the field: "max_concurrency: …")."""
+    r = cli("bench", "--base-url", "http://127.0.0.1:9", "--max-concurrency", "-1")
+    assert r.returncode == 2 and "error: --max-concurrency: Input should be greater than or equal to 1" in r.stderr
+    assert "max_concurrency:" not in r.stderr
+
+
+def test_demo_replay_ticker_prints_a_bounded_number_of_lines(monkeypatch) -> None:  # noqa: ANN001
+    """Item 9: the demo's "replayed N requests" line comes after 2, 4, 8 … s, not every 2 s: 10 minutes of
+    replay write 8 lines into a non-terminal log (they wrote 300)."""
+    import io
+
+    from rich.console import Console
+
+    import specgauge.demo as demo
+
+    clock = [0.0]
+    monkeypatch.setattr(demo.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    tick = demo._ticker(Console(file=out, width=100), "demo.tick.replayed")
+    for n in range(1, 6001):  # a request every 0.1 s for 600 s
+        clock[0] += 0.1
+        tick(n)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 9 and lines[0].strip() == "replayed 20 requests" and lines[-1].strip() == "replayed 5120 requests"

@@ -10,13 +10,41 @@ clear line naming the place, with exit status 2; a traceback means a bug in spec
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
+import click
 import typer
+from typer import rich_utils
+from typer.core import TyperCommand, TyperGroup
 
 from specgauge import __version__
 from specgauge.cli import audit, bench, calibrate, canary, canary_judge, decide, demo, recommend, serve, sweep, workaround, workload
 from specgauge.cli.common import console
+
+if not console.is_terminal and not os.environ.get("COLUMNS") and rich_utils.MAX_WIDTH is None:
+    # help piped or captured: as wide as the rest of the output (rich's default there is 80 columns)
+    rich_utils.MAX_WIDTH = console.width
+
+
+class _FlagHelp:
+    """Help that writes no value placeholder after a flag: typer's rich help writes ``<bool>`` after every
+    flag (``--json <bool>``), as if it took a value."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        for p in self.get_params(ctx):  # type: ignore[attr-defined]
+            if getattr(p, "is_flag", False) and p.metavar is None:
+                p.metavar = ""
+        super().format_help(ctx, formatter)  # type: ignore[misc]
+
+
+class _Command(_FlagHelp, TyperCommand):
+    pass
+
+
+class _Group(_FlagHelp, TyperGroup):
+    pass
+
 
 app = typer.Typer(
     name="specgauge",
@@ -24,6 +52,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_Group,
 )
 
 
@@ -59,7 +88,7 @@ COMMANDS = [
     (demo.demo, "demo"),
 ]
 for _fn, _name in COMMANDS:
-    app.command(_name)(_fn)
+    app.command(_name, cls=_Command)(_fn)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from specgauge.cli.common import (
 @user_errors
 def bench(
     base_url: Annotated[str, typer.Option("--base-url", help="Server root, e.g. http://127.0.0.1:8000.")],
-    workload: Annotated[list[Path] | None, typer.Option("--workload", "-w", help="Workload file(s); default: the built-in sample.")] = None,
+    workload: Annotated[list[Path] | None, typer.Option("--workload", "-w", help="Workload file(s), any format simulate reads (see specgauge simulate --help); prompts alone are enough. Default: the built-in sample.")] = None,
     output_dir: Annotated[Path, typer.Option("--output-dir", "-o", help="Where results.jsonl, run.json and summary.json go.")] = Path("results/bench"),
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="/v1/chat/completions or /v1/completions; default: by request kind.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model name; default: the server's first model.")] = None,

@@ -41,14 +41,16 @@ def user_errors(fn: F) -> F:
 
             local = getattr(e, "localised", None)  # a workload error: FILE:LINE kept, its message translated
             text = local(translate) if local is not None else translate(str(e))
-            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {text}", highlight=False, markup=True)
+            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {text}", highlight=False, markup=True,
+                              soft_wrap=True)  # one line, however long, outside a terminal too
             raise typer.Exit(2) from None
         except ValidationError as e:  # a config built from the flags: pydantic's bounds are the flags' bounds
             from specgauge.config import format_validation_error
             from specgauge.i18n import t, translate
 
-            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {escape(translate(format_validation_error(e)))}",
-                              highlight=False, markup=True)
+            text = format_validation_error(e, flag_names(fn))
+            err_console.print(f"[bold red]{t('cli.error')}[/bold red] {escape(translate(text))}",
+                              highlight=False, markup=True, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             from specgauge.i18n import t
@@ -59,10 +61,33 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def flag_names(fn: Callable[..., Any]) -> dict[str, str]:
+    """A command's parameter names -> the flag that sets each (``max_concurrency`` -> ``--max-concurrency``),
+    so that an error in the config built from them names the flag the user typed, not the field."""
+    import inspect
+    import typing
+
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: no names, the field names stay
+        return {}
+    out: dict[str, str] = {}
+    for name in inspect.signature(fn).parameters:
+        for meta in getattr(hints.get(name), "__metadata__", ()):
+            # typer.Option("--flag", "-f") in Annotated: the first declaration is stored as the default
+            decls = [getattr(meta, "default", None), *(getattr(meta, "param_decls", None) or ())]
+            flags = [d for d in decls if isinstance(d, str) and d.startswith("--")]
+            if flags:
+                out[name] = flags[0]
+    return out
+
+
 WorkloadArg = Annotated[
     list[Path] | None,
-    typer.Argument(help="Workload file(s): OpenAI JSONL, Batch API input+output, ShareGPT, vllm custom, text. "
-                   "gzip/zstd fine. Default: the built-in sample workload."),
+    typer.Argument(help="Workload file(s): OpenAI chat/completions JSONL (a request, or a request with its response), "
+                   "Batch API input+output, ShareGPT, vllm custom, text; trace exports: OpenTelemetry GenAI (otlp), "
+                   "Langfuse (langfuse), LiteLLM logging payloads (litellm), vLLM's request log (vllm-log). "
+                   "Detected from the first record (--format overrides); gzip/zstd fine. Default: the built-in sample workload."),
 ]
 FormatOpt = Annotated[str | None, typer.Option("--format", help="Override format detection: openai, batch, sharegpt, vllm-custom, text; trace importers: otlp, langfuse, litellm, vllm-log.")]
 SegmentOpt = Annotated[str | None, typer.Option("--segment-by", help="Field path (e.g. metadata.team) or 're:REGEX' over the system prompt.")]

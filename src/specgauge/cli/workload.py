@@ -59,7 +59,7 @@ def profile(
 @user_errors
 def simulate(
     workload: WorkloadArg = None,
-    method: Annotated[str | None, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH, KIND:DIR (eagle3:DIR, mtp:DIR; plugins by kind). Default: ngram,suffix; with --speculative-config, its method.")] = None,
+    method: Annotated[str | None, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH, KIND:DIR (eagle3:DIR, mtp:DIR, dflash:DIR; plugins by kind). eagle3 and mtp also show the teacher-forced figure training tools print, beside the replayed one. Default: ngram,suffix; with --speculative-config, its method.")] = None,
     k: Annotated[str | None, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4. Default: 1-8; with --speculative-config, its num_speculative_tokens.")] = None,
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
     target_model: Annotated[Path | None, typer.Option("--target-model", help="eagle3:DIR / mtp:DIR: the target model's directory (the head reads its hidden states). Default: the one the head's config.json names, else --tokenizer when it is a model directory.")] = None,

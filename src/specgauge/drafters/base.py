@@ -188,8 +188,22 @@ def make_drafter(kind: str, **options: Any) -> Drafter:
     try:
         factory = _REGISTRY[kind]
     except KeyError:
-        raise ValueError(f"unknown draft method {kind!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise ValueError(f"unknown draft method {kind!r}; known: {known_methods()}") from None
     return factory(**options)
+
+
+def known_methods() -> str:
+    """The registered kinds, and which of them also give the teacher-forced figure (``TeacherForcedReplay``):
+    that figure is a column beside the replayed one, not a method of its own (``eagle3_teacher_forced``
+    was one once, and training tools print it)."""
+    _load_plugins()
+    kinds = sorted(_REGISTRY)
+    tf = [k for k in kinds if callable(getattr(_REGISTRY[k], "accept_runs_and_teacher_forced", None))]
+    text = ", ".join(kinds)
+    if tf:
+        text += (f" ({' and '.join(tf)} also give the teacher-forced figure training tools print, beside the replayed one: "
+                 f"--method {tf[0]}:DIR; it is not a method of its own)")
+    return text
 
 
 def drafter_factory(kind: str) -> DrafterFactory | None:

@@ -17,4 +17,11 @@ STORED: Entries = {
                               "ko": "{url}에 연결할 수 없음: {why}; 아무것도 기록하지 않음"},
     "err.bench.v1": {"en": "--base-url {url} ends in /v1: drop /v1 (bench adds /v1/... to the server root itself): --base-url {root}",
                      "ko": "--base-url {url}이 /v1로 끝남: /v1을 뺄 것 (bench가 서버 루트에 /v1/...을 직접 붙임): --base-url {root}"},
+    # report / compare given a workload instead of what specgauge writes (report/runs.py)
+    "err.report.workload": {"en": "{path}: a workload file ({format}), not results: pass what specgauge writes — "
+                                  "specgauge profile {name} --json > profile.json, specgauge simulate {name} --json > sim.json, "
+                                  "or the output directory of specgauge bench -w {name}",
+                            "ko": "{path}: 결과가 아니라 워크로드 파일({format})임: specgauge가 쓴 것을 넘길 것 — "
+                                  "specgauge profile {name} --json > profile.json, specgauge simulate {name} --json > sim.json, "
+                                  "또는 specgauge bench -w {name}의 출력 디렉터리"},
 }

@@ -134,14 +134,31 @@ def _read_json(path: Path) -> Any:
 
 def _records(path: Path) -> list[RequestRecord]:
     try:
-        recs = ResultsFile(path).existing()
+        recs = ResultsFile(path).read()  # read only: never cut a line from a file handed to report
     except ValueError as e:
+        kind = _workload_kind(path)
+        if kind is not None:  # "9 validation errors for RequestRecord" said nothing useful
+            raise RunLoadError(en("err.report.workload", path=path, format=kind, name=path.name)) from None
         raise RunLoadError(str(e)) from None
     except OSError as e:
         raise RunLoadError(f"{path}: cannot read: {e}") from None
     if not recs:
         raise RunLoadError(f"{path}: no request records")
     return recs
+
+
+def _workload_kind(path: Path) -> str | None:
+    """The workload format of ``path`` when its first request loads as one (a workload handed to report or
+    compare instead of results), else None."""
+    from specgauge.errors import UserError
+    from specgauge.workload.loaders import LoadOptions, file_kinds, load_workload
+
+    try:
+        if not load_workload([path], LoadOptions(limit=1)):
+            return None
+        return file_kinds([path], LoadOptions())[path]
+    except (UserError, ValueError, OSError):
+        return None
 
 
 def _first_error(e: ValidationError) -> str:
