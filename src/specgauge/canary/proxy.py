@@ -20,7 +20,7 @@ is in hand). A candidate stream that breaks after bytes were sent cannot be retr
 connection is cut the same way (so the client sees a broken stream, not a short success) and the
 failure counts against the candidate.
 
-Bounds (README "Reliability: bounds"): a client has ``header_timeout_s`` to send its request line and
+Bounds (docs/reliability.md): a client has ``header_timeout_s`` to send its request line and
 headers (and an idle keep-alive connection is closed after it), ``body_timeout_s`` to send its body;
 a body is at most ``max_body_bytes`` (413) and all bodies held at once at most ``max_inflight_bytes``
 (503 with ``Retry-After``); JSON deeper than orjson's 1,024 levels is not parsed (routed as an

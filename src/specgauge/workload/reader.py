@@ -4,7 +4,7 @@ Yields ``(line_number, text)`` one line at a time and never holds more than one 
 ``max_line_bytes``) in memory, so a multi-GB log streams in constant memory. Every problem is a
 ``WorkloadError`` naming ``FILE:LINE``.
 
-Bounds (README "Reliability: bounds"): a line at most ``max_line_bytes`` (16 MiB); JSON nested at
+Bounds (docs/reliability.md): a line at most ``max_line_bytes`` (16 MiB); JSON nested at
 most ``MAX_JSON_DEPTH`` (256) levels, in a JSON line and in a JSON array file alike (checked while
 parsing, so a file of ``[[[[...`` costs bounded memory and time); a compressed file decompresses to
 at most ``max_decompressed_bytes`` (default: ``DECOMPRESSED_RATIO`` x its size on disk, at least
