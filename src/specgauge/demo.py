@@ -320,7 +320,10 @@ def _why_not(profile: Any, best: Any) -> list[str]:
     out = []
     if best.tokens_per_forward is not None:
         out.append(t("demo.w.tokens", tpf=f"{best.tokens_per_forward:.1f}", mal=f"{best.mean_acceptance_length or float('nan'):.2f}"))
-    names = ", ".join(f"{k}={1000 * v:.3g}" for k, v in sorted(p.items()) if v > 0)
+    from specgauge.predict.law import KNEE
+
+    # costs in ms; the knee is a position (tokens per forward), not a cost: it was printed ×1000 as one
+    names = ", ".join(f"{k}={1000 * v:.3g}" for k, v in sorted(p.items()) if v > 0 and k != KNEE)
     out.append(t("demo.w.law", names=names))
     return out
 

@@ -11,6 +11,7 @@ mid-write). Checked on the rendered text (HTML parsed, scripts and styles aside;
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -88,12 +89,30 @@ def figure_text(html: str) -> list[str]:
     return [json.loads(f'"{s}"') for s in re.findall(r'"title":\{[^{}]*?"text":"((?:[^"\\]|\\.)*)"', html)]
 
 
-def english_words(text: str, data: set[str]) -> list[str]:
+def _words(text: str) -> list[str]:
     text = re.sub(r"--[a-z][a-z-]*", "", text)  # flags are names
     text = re.sub(r"\S+\.(?:json|jsonl|html|csv|gz)(?![A-Za-z])|(?<!\w)/[a-z]\w*|\w+_\w+", "", text)  # files, URL paths, fields
-    text = re.sub(r"\{[^{}]*\}", "", text)  # JSON the user pastes (speculative configs)
-    words = re.findall(r"[A-Za-z][A-Za-z0-9_\-]*", text)
-    return sorted({w for w in words if sum(c.isalpha() for c in w) >= 2 and w not in ALLOWED
+    text = re.sub(r"\{[^{}]*\}", "", text)  # JSON the user pastes (speculative configs); catalogue placeholders
+    return re.findall(r"[A-Za-z][A-Za-z0-9_\-]*", text)
+
+
+@functools.cache
+def names() -> frozenset[str]:
+    """Words that are names, not prose, whatever a run prints: ``ALLOWED``; every word in Latin letters the
+    Korean catalogue itself writes (CPU, forward, suffix, OpenAI …: what the translation keeps as it is);
+    the step-cost law's parameter names (a fitted law prints the ones it found: ``knee`` only where the fit
+    found a knee). So which lines a run happens to print (the causes of a gap, a knee) cannot decide
+    whether its console reads as Korean (issue 40 item 11)."""
+    from specgauge.i18n.catalogue import MESSAGES
+    from specgauge.predict.law import CORE, DESCRIPTIONS
+    from specgauge.predict.lsq import ELL
+
+    korean = {w for entry in MESSAGES.values() if entry.get("ko") for w in _words(entry["ko"])}
+    return frozenset(ALLOWED) | korean | set(DESCRIPTIONS) | set(CORE) | {ELL}
+
+
+def english_words(text: str, data: set[str]) -> list[str]:
+    return sorted({w for w in _words(text) if sum(c.isalpha() for c in w) >= 2 and w not in names()
                    and not any(w in d for d in data)})
 
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specgauge.i18n import t, translate
-from specgauge.predict.law import DESCRIPTIONS
+from specgauge.predict.law import DESCRIPTIONS, KNEE
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.types import CellPrediction
 
@@ -20,6 +20,10 @@ def _ms(v: float | None) -> str:
     if v is None:
         return "–"
     return f"{v * 1e3:.4g}"
+
+
+def _tokens(v: float | None) -> str:
+    return "–" if v is None else f"{v:.0f} tok"
 
 
 def _x(v: float | None) -> str:
@@ -39,7 +43,8 @@ def render_profile_fit(p: StepCostProfile, console: Console) -> None:
     for i, col in enumerate((t("predict.c.parameter"), t("predict.c.value"), "2.5 %", "97.5 %", t("predict.c.meaning"))):
         tb.add_column(col, justify="left" if i in (0, 4) else "right")
     for name, v, lo, hi in p.describe():
-        tb.add_row(escape(name), _ms(v), _ms(lo), _ms(hi), escape(_meaning(name)))
+        f = _tokens if name == KNEE else _ms  # the knee is a position in tokens per forward, not a cost
+        tb.add_row(escape(name), f(v), f(lo), f(hi), escape(_meaning(name)))
     console.print(tb)
     r = p.residuals
     shapes = r.get("shapes", {})
