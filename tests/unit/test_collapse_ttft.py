@@ -62,7 +62,7 @@ def rec(i: int, ttft: float) -> RequestRecord:
 
 def test_ttft_split_adds_up_and_names_the_prefill() -> None:
     base = [rec(i, 0.050 + 0.001 * (i % 3)) for i in range(20)]
-    cand = [rec(i, 0.080 + 0.001 * (i % 3)) for i in range(20)]
+    cand = [rec(i, 0.080 + 0.001 * (i % 3) + 0.0005 * (i % 2) - 0.00025) for i in range(20)]
     diff = {'vllm:request_queue_time_seconds_sum{engine="0"}': 0.2, 'vllm:request_queue_time_seconds_count{engine="0"}': 20,
             "vllm:request_prefill_time_seconds_sum": 0.8, "vllm:request_prefill_time_seconds_count": 20}
     slow = {**diff, "vllm:request_queue_time_seconds_sum": 0.3, "vllm:request_prefill_time_seconds_sum": 1.3}

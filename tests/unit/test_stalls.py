@@ -94,3 +94,20 @@ def test_canary_guardrail_on_stalls(stalled: int, outcome: Outcome) -> None:
     assert c.evidence["threshold_ms"] == pytest.approx(250.0)
     if stalled:
         assert c.evidence["candidate_stalled"] == 10 and "1200 ms → '}'" in c.reason and "멈춤" in translate(c.reason, "ko")
+
+
+def test_a_gap_the_client_itself_caused_is_no_stall() -> None:
+    """A CPU-starved load generator reads every stream late at once: bench records when its own event
+    loop was held up, and that time is taken out of the gaps (vs the server's own silences)."""
+    from specgauge.records import SessionRecord
+    from specgauge.stats.stalls import Held
+
+    r = rec(0, STEADY[:10] + [0.6] + STEADY[:10])  # started_at 0: the 0.6 s gap spans 0.25 .. 0.85 s
+    start = r.chunks[10].t
+    held = Held.of_sessions([SessionRecord(client_loop={"held": [[start + 0.05, 0.5]]})])
+    assert held.overlap(start, start + 0.6) == pytest.approx(0.5)
+    assert longest_gap(r) == pytest.approx(0.6) and longest_gap(r, held) == pytest.approx(0.1, abs=0.03)
+    runs = [rec(i, STEADY) for i in range(10)] + [r]
+    assert summarize_stalls(runs).stalled == 1 and summarize_stalls(runs, held=held).stalled == 0
+    c = compare_stalls(runs, runs, 0.25, 0.02, (Held(), held))
+    assert c is not None and (c.rate.baseline_k, c.rate.candidate_k) == (1, 0)

@@ -16,6 +16,7 @@ from typing import Any
 #: an event-loop wake-up this late counts as a stall of the load generator; one this late warns
 STALL_MS = 20.0
 STALL_WARN_MS = 100.0
+HELD_KEPT = 2000  #: the longest run of held-up intervals a session keeps (``out["held"]``)
 
 
 class GcTimer:
@@ -45,9 +46,11 @@ class GcTimer:
 async def watch_loop(out: dict[str, Any], period: float = 0.01) -> None:
     """How late the client's own event loop wakes up during the run (a CPU-starved or blocked load
     generator times chunks late, and would blame the server): ``out`` holds the worst lateness, the
-    number of stalls over ``STALL_MS`` and their total, updated as they happen."""
+    number of stalls over ``STALL_MS`` and their total, updated as they happen, and ``held``: each
+    stall as ``[epoch seconds when it began, seconds]`` (the first ``HELD_KEPT``), so a silence in a
+    stream that the client itself caused is not blamed on the server (``stats.stalls``)."""
     perf = time.perf_counter
-    out.update(max_stall_ms=0.0, stalls=0, stalled_s=0.0)
+    out.update(max_stall_ms=0.0, stalls=0, stalled_s=0.0, held=[])
     waited = run_queue_wait()
     if waited is not None:  # Linux: of the stalls, the time this thread was runnable but not running
         out["stalled_waiting_for_cpu_s"] = 0.0
@@ -61,6 +64,8 @@ async def watch_loop(out: dict[str, Any], period: float = 0.01) -> None:
         if late * 1e3 >= STALL_MS:
             out["stalls"] += 1
             out["stalled_s"] = round(out["stalled_s"] + late, 4)
+            if len(out["held"]) < HELD_KEPT:
+                out["held"].append([round(time.time() - late, 4), round(late, 4)])
             if now_waited is not None and waited is not None:
                 out["stalled_waiting_for_cpu_s"] = round(out["stalled_waiting_for_cpu_s"] + now_waited - waited, 4)
         waited = now_waited

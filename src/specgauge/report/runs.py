@@ -33,6 +33,7 @@ from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.memory import compare_memory
 from specgauge.stats.diagnosis import diagnose
 from specgauge.stats.replay_check import speculative_config_of_server
+from specgauge.stats.stalls import Held
 from specgauge.stats.ttft import TtftSplit, split_ttft
 from specgauge.stats.verdict import ComparisonResult, RunInfo, Verdict, VerdictCriteria, decide, decide_simulations
 from specgauge.workload.profile import WorkloadProfile
@@ -323,7 +324,7 @@ def compare_paths(req: CompareRequest) -> ComparisonResult:
     scorer = (req.scorer, load_scorer(req.scorer)) if req.scorer else None
     res = decide(b.records, c.records, b.info(), c.info(), req.config, req.criteria,
                  temperatures=temps, temperature=req.temperature, temperature_source=src, scorer=scorer,
-                 candidate_counters=c.counters()[0])
+                 candidate_counters=c.counters()[0], held=(Held.of_sessions(b.sessions()), Held.of_sessions(c.sessions())))
     res.notes = b.notes + c.notes + res.notes
     res.memory = compare_memory(b.summary, c.summary)
     res.ttft = _ttft_split(b, c, req.cost_profile, req.criteria.alpha)

@@ -38,7 +38,7 @@ from specgauge.stats.equivalence import EquivalenceResult
 from specgauge.stats.latency import tpot
 from specgauge.stats.outputs import compare_outputs
 from specgauge.stats.rates import RateComparison
-from specgauge.stats.stalls import StallComparison, StallCriteria, compare_stalls, reference_tpot
+from specgauge.stats.stalls import NO_HOLD, Held, StallComparison, StallCriteria, compare_stalls, reference_tpot
 
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 LATENCY_STATS = {"p50": 50.0, "p95": 95.0}
@@ -337,11 +337,12 @@ def compare_group(
     durations: tuple[float | None, float | None] = (None, None),
     candidate_counters: SpecCounts | None = None,
     stall_ref: tuple[float, float | None] | None = None,
+    held: tuple[Held, Held] = (NO_HOLD, NO_HOLD),
 ) -> GroupComparison:
     """Compare one group. ``durations`` (baseline, candidate) give the run-level throughput ratio;
     ``candidate_counters`` (the candidate run's /metrics diff) give its acceptance when its records
     carry no per-request counts; ``stall_ref``: (stall threshold, reference TPOT) in seconds, the
-    baseline run's (default: this group's baseline)."""
+    baseline run's (default: this group's baseline); ``held``: when each run's load generator was held up."""
     bmap = {r.id: r for r in baseline}
     cmap = {r.id: r for r in candidate}
     common = [i for i in bmap if i in cmap]
@@ -371,7 +372,7 @@ def compare_group(
         failure_rate_candidate=nc_fail / len(candidate) if candidate else None,
         failure_rate_diff=fdiff, acceptance=AcceptanceStats.of(candidate, candidate_counters), notes=notes,
         outputs=compare_outputs(baseline, candidate),
-        stalls=compare_stalls(baseline, candidate, *(stall_ref or _stall_ref(baseline, cfg))),
+        stalls=compare_stalls(baseline, candidate, *(stall_ref or _stall_ref(baseline, cfg)), held),
     )
 
 
@@ -409,14 +410,15 @@ def compare_records(
     cfg: CompareConfig | None = None,
     durations: tuple[float | None, float | None] = (None, None),
     candidate_counters: SpecCounts | None = None,
+    held: tuple[Held, Held] = (NO_HOLD, NO_HOLD),
 ) -> tuple[GroupComparison, dict[str, GroupComparison]]:
     """Overall and per-segment comparisons (segments only when there is more than one). The
     candidate's /metrics diff covers the whole run: it fills the overall acceptance only."""
     cfg = cfg or CompareConfig()
     ref = _stall_ref(baseline, cfg)  # one stall threshold for every group: the baseline run's TPOT
-    overall = compare_group("overall", baseline, candidate, cfg, durations, candidate_counters, ref)
+    overall = compare_group("overall", baseline, candidate, cfg, durations, candidate_counters, ref, held)
     segs = segments_of(baseline, candidate)
-    per = {} if len(segs) <= 1 else {s: compare_group(s, b, c, cfg, stall_ref=ref) for s, (b, c) in segs.items()}
+    per = {} if len(segs) <= 1 else {s: compare_group(s, b, c, cfg, stall_ref=ref, held=held) for s, (b, c) in segs.items()}
     if overall.acceptance.origin == "counters":
         for g in per.values():
             if not g.acceptance.available:

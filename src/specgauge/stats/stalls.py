@@ -12,6 +12,9 @@ Terms:
 - only responses whose chunks were each observed count (records with ``gap_ends``: specgauge's load
   generator and canary proxy write them; another tool's result keeps the first and last token's times
   only, and the silence between them is no stall).
+- a gap counts less any time the load generator itself was held up meanwhile (bench records its own
+  event loop's stalls: ``SessionRecord.client_loop["held"]``): a CPU-starved client reads every
+  stream late at once, which is no stall of the server.
 - a *stalled request*: its longest gap is above the threshold. Its stalls are its recorded gap ends
   (``RequestRecord.gap_ends``: the few longest gaps, with the text that ended each) above the threshold.
 
@@ -22,7 +25,9 @@ stalled requests is compared with Fisher's exact test (``stats.rates``).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -78,14 +83,51 @@ class StallComparison(BaseModel):
     stalls: list[Stall] = Field(default_factory=list)  #: the candidate's longest
 
 
-def longest_gap(rec: RequestRecord) -> float | None:
-    """The longest gap between two output chunks (s); None with fewer than two chunks, on failure, and
-    for a record whose chunks the load generator did not observe one by one (no ``gap_ends``: another
-    tool's result, which keeps only the first and last token's times, or a record from before them)."""
-    c = rec.chunks
-    if not rec.ok or len(c) < 2 or rec.gap_ends is None:
+class Held:
+    """When the load generator itself was held up: sorted ``(epoch start, seconds)`` intervals."""
+
+    def __init__(self, intervals: Sequence[Sequence[float]] = ()) -> None:
+        self.iv = sorted((float(a), float(a) + float(d)) for a, d in intervals if d > 0)
+        self.starts = [a for a, _ in self.iv]
+
+    @classmethod
+    def of_sessions(cls, sessions: Sequence[Any]) -> Held:
+        """From bench sessions (``SessionRecord``): their ``client_loop["held"]``."""
+        return cls([x for s in sessions for x in ((getattr(s, "client_loop", None) or {}).get("held") or [])])
+
+    def overlap(self, a: float, b: float) -> float:
+        """Seconds of [a, b] the client was held up."""
+        out = 0.0
+        i = max(0, bisect_right(self.starts, a) - 1)
+        while i < len(self.iv) and self.iv[i][0] < b:
+            lo, hi = max(a, self.iv[i][0]), min(b, self.iv[i][1])
+            out += max(0.0, hi - lo)
+            i += 1
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self.iv)
+
+
+NO_HOLD = Held()
+
+
+def _gaps(rec: RequestRecord, held: Held) -> list[float]:
+    """Per chunk i ≥ 1: the gap that ended at it, less the time the client was held up meanwhile."""
+    c, t0 = rec.chunks, rec.started_at
+    if not held:
+        return [b.t - a.t for a, b in zip(c, c[1:])]
+    return [b.t - a.t - held.overlap(t0 + a.t, t0 + b.t) for a, b in zip(c, c[1:])]
+
+
+def longest_gap(rec: RequestRecord, held: Held = NO_HOLD) -> float | None:
+    """The longest gap between two output chunks (s; less the client's own hold-ups); None with fewer
+    than two chunks, on failure, and for a record whose chunks the load generator did not observe one
+    by one (no ``gap_ends``: another tool's result, which keeps only the first and last token's times,
+    or a record from before them)."""
+    if not rec.ok or len(rec.chunks) < 2 or rec.gap_ends is None:
         return None
-    return max(b.t - a.t for a, b in zip(c, c[1:]))
+    return max(_gaps(rec, held))
 
 
 def reference_tpot(records: Sequence[RequestRecord]) -> float | None:
@@ -93,22 +135,21 @@ def reference_tpot(records: Sequence[RequestRecord]) -> float | None:
     return float(np.median(vals)) if vals else None
 
 
-def stalls_of(rec: RequestRecord, threshold_s: float, tpot_ref_s: float | None) -> list[Stall]:
+def stalls_of(rec: RequestRecord, threshold_s: float, tpot_ref_s: float | None, held: Held = NO_HOLD) -> list[Stall]:
     """The request's gaps above the threshold that its record kept, longest first (one without its
     ending text when the record kept none)."""
-    gap = longest_gap(rec)
+    gap = longest_gap(rec, held)
     if gap is None or gap <= threshold_s:
         return []
+    gaps = _gaps(rec, held)  # gaps[i - 1] ended at chunk i
 
     def stall(i: int, g: float, text: str | None) -> Stall:
         return Stall(id=rec.id, segment=rec.segment, chunk=i, gap_ms=round(g * 1000, 3), ended_by=text,
                      times_tpot=round(g / tpot_ref_s, 1) if tpot_ref_s else None)
 
-    c = rec.chunks
-    out = [stall(e.i, g, e.text) for e in rec.gap_ends or []
-           if 0 < e.i < len(c) and (g := c[e.i].t - c[e.i - 1].t) > threshold_s]
-    if not out:
-        i = max(range(1, len(c)), key=lambda j: c[j].t - c[j - 1].t)
+    out = [stall(e.i, g, e.text) for e in rec.gap_ends or [] if 0 < e.i <= len(gaps) and (g := gaps[e.i - 1]) > threshold_s]
+    if not out:  # the longest once the client's hold-ups are taken out is not among the recorded ones
+        i = max(range(1, len(gaps) + 1), key=lambda j: gaps[j - 1])
         out = [stall(i, gap, None)]
     return sorted(out, key=lambda s: -s.gap_ms)
 
@@ -118,16 +159,16 @@ def _p(vals: list[float], q: float) -> float | None:
 
 
 def summarize_stalls(records: Sequence[RequestRecord], crit: StallCriteria | None = None,
-                     tpot_ref_s: float | None = None) -> StallSummary | None:
+                     tpot_ref_s: float | None = None, held: Held = NO_HOLD) -> StallSummary | None:
     """One run's stalls against ``tpot_ref_s`` (default: its own median TPOT); None when no request
-    streamed two chunks."""
+    streamed two chunks. ``held``: when the run's load generator was held up."""
     crit = crit or StallCriteria()
     ref = reference_tpot(records) if tpot_ref_s is None else tpot_ref_s
     thr = crit.threshold_s(ref)
-    gaps = [(r, g) for r in records if (g := longest_gap(r)) is not None]
+    gaps = [(r, g) for r in records if (g := longest_gap(r, held)) is not None]
     if not gaps:
         return None
-    rows = [s for r, g in gaps if g > thr for s in stalls_of(r, thr, ref)]
+    rows = [s for r, g in gaps if g > thr for s in stalls_of(r, thr, ref, held)]
     longest = [g for _, g in gaps]
     return StallSummary(requests=len(gaps), stalled=sum(g > thr for _, g in gaps), threshold_ms=round(thr * 1000, 3),
                         tpot_ref_ms=None if ref is None else round(ref * 1000, 3), longest_gap_p50_ms=_p(longest, 50),
@@ -136,13 +177,15 @@ def summarize_stalls(records: Sequence[RequestRecord], crit: StallCriteria | Non
 
 
 def compare_stalls(baseline: Sequence[RequestRecord], candidate: Sequence[RequestRecord], threshold_s: float,
-                   tpot_ref_s: float | None) -> StallComparison | None:
-    """Stalled requests on both sides against one threshold; None when neither streamed two chunks."""
-    gb = [g for r in baseline if (g := longest_gap(r)) is not None]
-    cc = [(r, g) for r in candidate if (g := longest_gap(r)) is not None]
+                   tpot_ref_s: float | None, held: tuple[Held, Held] = (NO_HOLD, NO_HOLD)) -> StallComparison | None:
+    """Stalled requests on both sides against one threshold; None when neither streamed two chunks.
+    ``held``: when each run's load generator was held up (baseline, candidate)."""
+    gb = [g for r in baseline if (g := longest_gap(r, held[0])) is not None]
+    cc = [(r, g) for r in candidate if (g := longest_gap(r, held[1])) is not None]
     if not gb and not cc:
         return None
-    rows = sorted((s for r, g in cc if g > threshold_s for s in stalls_of(r, threshold_s, tpot_ref_s)), key=lambda s: -s.gap_ms)
+    rows = sorted((s for r, g in cc if g > threshold_s for s in stalls_of(r, threshold_s, tpot_ref_s, held[1])),
+                  key=lambda s: -s.gap_ms)
     ex = [f"{s.id}: {s.gap_ms:.0f} ms" + (f" → {s.ended_by!r}" if s.ended_by is not None else "") for s in rows[:3]]
     rate = compare_rates(sum(g > threshold_s for g in gb), len(gb), sum(g > threshold_s for _, g in cc), len(cc), ex)
     return StallComparison(threshold_ms=round(threshold_s * 1000, 3), tpot_ref_ms=None if tpot_ref_s is None else round(tpot_ref_s * 1000, 3),

@@ -29,7 +29,7 @@ from specgauge.records import (
 from specgauge.stats.acceptance import acceptance_summary, agreement, counts_json
 from specgauge.stats.latency import LatencyMetrics, latency_metrics
 from specgauge.stats.outputs import outputs_summary
-from specgauge.stats.stalls import reference_tpot, summarize_stalls
+from specgauge.stats.stalls import Held, reference_tpot, summarize_stalls
 from specgauge.stats.server_memory import server_memory, session_logs
 
 
@@ -87,6 +87,7 @@ def summarize(
         )
     gauges = {k: v for sess in sessions for k, v in (sess.spec_gauges or {}).items()}
     tpot_ref = reference_tpot(records)  # stalls per segment against the whole run's TPOT
+    held = Held.of_sessions(sessions)  # the load generator's own hold-ups are not the server's stalls
     block = SpecgaugeSummary(
         version=__version__, dialect=run.dialect, server=run.server, sessions=len(sessions),
         resumed_from=run.resumed_from, warnings=run.warnings, latency=m.to_json(),
@@ -101,12 +102,12 @@ def summarize(
                 "latency": latency_metrics(rs, dur, pcts, goodput or None).to_json(),
                 "acceptance": acceptance_summary(rs, pcts),
                 **({"structured_outputs": so} if (so := outputs_summary(rs)) is not None else {}),
-                **({"stalls": st.model_dump()} if (st := summarize_stalls(rs, tpot_ref_s=tpot_ref)) is not None else {}),
+                **({"stalls": st.model_dump()} if (st := summarize_stalls(rs, tpot_ref_s=tpot_ref, held=held)) is not None else {}),
             }
             for seg, rs in sorted(_segments(records).items())
         },
         structured_outputs=outputs_summary(records),
-        stalls=stalls.model_dump() if (stalls := summarize_stalls(records, tpot_ref_s=tpot_ref)) is not None else None,
+        stalls=stalls.model_dump() if (stalls := summarize_stalls(records, tpot_ref_s=tpot_ref, held=held)) is not None else None,
         memory={
             "device": sessions[-1].memory if sessions else None,
             "kv_cache": _kv_summary(sessions),

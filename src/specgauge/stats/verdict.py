@@ -49,6 +49,7 @@ from specgauge.stats.compare import (
 from specgauge.stats.diagnosis import Diagnosis
 from specgauge.stats.equivalence import EquivalenceResult, Scorer, check_equivalence
 from specgauge.stats.memory import MemoryRow
+from specgauge.stats.stalls import NO_HOLD, Held
 from specgauge.stats.ttft import TtftSplit
 
 _METRIC_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency"}
@@ -418,14 +419,16 @@ def decide(
     temperature_source: str = "",
     scorer: tuple[str, Scorer] | None = None,
     candidate_counters: SpecCounts | None = None,
+    held: tuple[Held, Held] = (NO_HOLD, NO_HOLD),
 ) -> ComparisonResult:
     """Compare two bench runs, check output equivalence, and judge: overall and per segment.
-    ``candidate_counters``: the candidate run's /metrics diff, its acceptance when the records have none."""
+    ``candidate_counters``: the candidate run's /metrics diff, its acceptance when the records have none;
+    ``held``: when each run's load generator was held up (its gaps then are not the server's stalls)."""
     cfg = cfg or CompareConfig()
     crit = criteria or VerdictCriteria()
     metric_key(crit.latency_metric, "--latency-metric")
     overall, per = compare_records(baseline, candidate, cfg, (baseline_info.duration_s, candidate_info.duration_s),
-                                   candidate_counters)
+                                   candidate_counters, held)
 
     def eq(b: Sequence[RequestRecord], c: Sequence[RequestRecord]) -> EquivalenceResult:
         cm = {r.id: r for r in c}
