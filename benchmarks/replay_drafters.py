@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.drafters._suffix_native import native_available
+from specgauge.drafters.suffix.native import native_available
 from specgauge.drafters.base import ReplayTrace, replay_by_stepping
 from specgauge.drafters.ngram import NgramDrafter
 from specgauge.drafters.suffix import SuffixDrafter

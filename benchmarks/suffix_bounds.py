@@ -73,14 +73,16 @@ def counts(r: dict[str, Any]) -> tuple[int, int, int]:
 
 def report(rows: list[dict[str, Any]], kind: str, **opts: Any) -> dict[str, Any]:
     """Replay ``rows`` in order with bounds of ``kind``; summary over the ``big`` rows."""
+    from specgauge.drafters.base import ServerReport
     from specgauge.drafters.suffix import SuffixDrafter
 
     d = SuffixDrafter(num_speculative_tokens=K, max_model_len=MAX_MODEL_LEN, bounds=True, **opts)
     out: dict[str, Any] = {"kind": kind, "outside": [], "exact": 0, "exact_wrong": [], "widths": [], "n": 0}
     for r in rows:
         pin = kind != "extremes" and bool(r["accepted"])
-        t = d.replay(f"r{r['i']}", r["prompt"], r["output"], K, final_accepted=r["accepted"][-1] if pin else None,
-                     **({"server_steps": list(zip(r["drafted"], r["accepted"]))} if kind == "steps" else {}))
+        steps = tuple(zip(r["drafted"], r["accepted"])) if kind == "steps" else None
+        t = d.replay(f"r{r['i']}", r["prompt"], r["output"], K,
+                     server=ServerReport(final_accepted=r["accepted"][-1] if pin else None, steps=steps))
         if r["phase"] != "big":
             continue
         b = t.bounds

@@ -190,7 +190,7 @@ def _profile_and_replay(run: _Run) -> None:
     import torch
 
     from specgauge.api import profile, resolve_tokenizer
-    from specgauge.drafters._suffix_native import resolve_backend
+    from specgauge.drafters.suffix.native import resolve_backend
     from specgauge.report.console import render_profile, render_simulation
     from specgauge.simulate.run import SimulateConfig, simulate
     from specgauge.workload.loaders import LoadOptions

@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from specgauge.drafters.base import ServerReport
 from specgauge.drafters.suffix import SuffixDrafter, SuffixTrace
 from specgauge.loadgen.metrics_scrape import Snapshot, diff
 from specgauge.models import available, target_dir
@@ -147,8 +148,8 @@ def replay(log: list[Logged], bonuses: dict[int, int] | None, tail: bool) -> lis
     out = []
     for r in log:
         fin = r.vllm[-1][1] if (tail and r.vllm) else None
-        out.append(d.replay(f"r{r.i}", r.prompt, r.output, K, final_accepted=fin,
-                            bonus=(bonuses or {}).get(r.i) if tail else None))
+        out.append(d.replay(f"r{r.i}", r.prompt, r.output, K,
+                            server=ServerReport(final_accepted=fin, bonus=(bonuses or {}).get(r.i) if tail else None)))
     return out
 
 
@@ -248,7 +249,7 @@ def bounds_report(log: list[Logged], first: int, pin: bool) -> dict[str, Any]:
     d = SuffixDrafter(num_speculative_tokens=K, max_model_len=MAX_MODEL_LEN, bounds=True)
     out: dict[str, Any] = {"outside": [], "exact": 0, "exact_wrong": [], "widths": [], "n": 0}
     for r in log:
-        t = d.replay(f"r{r.i}", r.prompt, r.output, K, final_accepted=r.vllm[-1][1] if (pin and r.vllm) else None)
+        t = d.replay(f"r{r.i}", r.prompt, r.output, K, server=ServerReport(final_accepted=r.vllm[-1][1] if (pin and r.vllm) else None))
         if r.i < first:
             continue
         b = t.bounds

@@ -1,18 +1,20 @@
-"""The one-way rule (ARCHITECTURE.md): no import circle between specgauge's packages, lazy
-(function-level) imports counted. A circle prints the edges that close it, each with the modules."""
+"""The one-way rule (ARCHITECTURE.md): no import circle between specgauge's packages, nor between its
+files, every import statement counted (lazy, function-level ones and those under ``TYPE_CHECKING`` too).
+A circle prints the edges that close it, each with the modules."""
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def _modules() -> dict[str, Path]:
+def _modules(src: Path = SRC) -> dict[str, Path]:
     mods = {}
-    for p in (SRC / "specgauge").rglob("*.py"):
-        name = ".".join(p.relative_to(SRC).with_suffix("").parts)
+    for p in (src / "specgauge").rglob("*.py"):
+        name = ".".join(p.relative_to(src).with_suffix("").parts)
         mods[name.removesuffix(".__init__")] = p
     return mods
 
@@ -21,30 +23,53 @@ def _package(mod: str) -> str:
     return ".".join(mod.split(".")[:2])
 
 
-def package_edges() -> dict[str, dict[str, list[str]]]:
-    """package -> imported package -> ["importer -> imported", ...], every import statement counted."""
-    mods = _modules()
+@cache
+def _imports(src: Path = SRC) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """(module, every specgauge module a statement of it names (``from a import b``: ``a`` and ``a.b``),
+    the file each statement imports: ``a.b`` where that is a module, else ``a``), every statement counted."""
+    mods = _modules(src)
 
     def resolve(name: str) -> str | None:
         while name and name not in mods:
             name = name.rpartition(".")[0]
         return name or None
 
-    edges: dict[str, dict[str, list[str]]] = {}
+    out = []
     for mod, path in mods.items():
+        named: list[str] = []
+        files: list[str] = []
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
+                targets = names
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                           for a in node.names]
             else:
                 continue
-            for n in names:
-                target = resolve(n)
-                a, b = _package(mod), _package(target) if target else ""
-                if target and a != b and "specgauge" not in (a, b):
-                    edges.setdefault(a, {}).setdefault(b, []).append(f"{mod} -> {target}")
+            named += [t for n in names if (t := resolve(n))]
+            files += [t for n in targets if (t := resolve(n)) and t != mod]
+        out.append((mod, tuple(named), tuple(files)))
+    return tuple(out)
+
+
+def package_edges() -> dict[str, dict[str, list[str]]]:
+    """package -> imported package -> ["importer -> imported", ...], every import statement counted."""
+    edges: dict[str, dict[str, list[str]]] = {}
+    for mod, named, _ in _imports(SRC):
+        for target in named:
+            a, b = _package(mod), _package(target)
+            if a != b and "specgauge" not in (a, b):
+                edges.setdefault(a, {}).setdefault(b, []).append(f"{mod} -> {target}")
     return edges
+
+
+def file_edges(src: Path = SRC) -> dict[str, set[str]]:
+    """module -> the modules (files) it imports. ``from pkg import name`` imports ``pkg/__init__.py``
+    unless ``name`` is a module of its own; a module's parent packages, which Python runs first, are
+    not counted (every submodule would close a circle with an ``__init__.py`` that re-exports it)."""
+    return {mod: set(files) for mod, _, files in _imports(src)}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -92,6 +117,33 @@ def test_no_package_import_circle() -> None:
             for b in sorted(c & set(edges.get(a, {}))):
                 lines.append(f"    {a} -> {b}: " + ", ".join(sorted(set(edges[a][b]))[:3]))
     assert not cycles, "package import circles (lazy imports count):\n" + "\n".join(lines)
+
+
+def test_no_file_import_circle() -> None:
+    """No two files import each other, directly or around a loop (``drafters/suffix/`` was one:
+    ``suffix.py`` imported ``_suffix_positions.py``, which imported ``suffix.py`` back for a type)."""
+    edges = file_edges()
+    cycles = _cycles(edges)
+    lines = []
+    for c in cycles:
+        lines.append(" <-> ".join(sorted(c)))
+        lines += [f"    {a} -> {b}" for a in sorted(c) for b in sorted(c & edges[a])]
+    assert not cycles, "file import circles (lazy and TYPE_CHECKING imports count):\n" + "\n".join(lines)
+
+
+def test_the_file_checker_sees_a_circle_through_a_lazy_or_type_only_import(tmp_path: Path) -> None:
+    """A lazy import and one under ``TYPE_CHECKING`` close a circle too; a package's ``__init__`` that
+    re-exports its module does not."""
+    pkg = tmp_path / "specgauge"
+    (pkg / "p").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "p" / "__init__.py").write_text("from specgauge.p.a import A\n")
+    (pkg / "p" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specgauge.p.b import B\nA = 1\n")
+    (pkg / "p" / "b.py").write_text("def f():\n    from specgauge.p import a\n    return a\nB = 2\n")
+    (pkg / "p" / "c.py").write_text("from specgauge.p.a import A\n")
+    edges = file_edges(tmp_path)
+    assert _cycles(edges) == [{"specgauge.p.a", "specgauge.p.b"}]
+    assert edges["specgauge.p.c"] == {"specgauge.p.a"}
 
 
 def test_the_checker_sees_a_lazy_circle() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specgauge.drafters import make_drafter
 from specgauge.drafters.base import Drafter, replay_by_stepping
-from specgauge.drafters._suffix_native import IMPORT_ERROR, native_available
+from specgauge.drafters.suffix.native import IMPORT_ERROR, native_available
 from specgauge.drafters.suffix import SuffixDrafter, SuffixTree, f32
 
 

@@ -2,7 +2,7 @@
 where requests overlap in time: the calibration runs of ``specgauge demo`` in small (the shipped
 target, the shipped sample workload's first requests with their temperatures and seeds, a warm-up then
 the requests at concurrency 1, then a warm-up and the same requests at concurrency 4, on one engine as
-the sweep serves one config). The replay (``stats.suffix_schedule``) is fed only what bench records:
+the sweep serves one config). The replay (``offline.schedule``) is fed only what bench records:
 each request's token ids, its per-step counters and the engine schedule in them.
 
 Before the fix a replay of the logged workload saw 38.0 % where the engine counted 28.3 % (warm-ups and
@@ -24,7 +24,7 @@ from specgauge.engine.sampling import SamplingParams  # noqa: E402
 from specgauge.models import available, target_dir  # noqa: E402
 from specgauge.records import RequestRecord, SpecCounts  # noqa: E402
 from specgauge.stats.replay_check import check_run  # noqa: E402
-from specgauge.stats.suffix_schedule import schedule_traces, scheduled_requests  # noqa: E402
+from specgauge.offline.schedule import schedule_traces, scheduled_requests  # noqa: E402
 from specgauge.workload.samples import sample_logged_path  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not available(), reason="the shipped tiny models are missing")

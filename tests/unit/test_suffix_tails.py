@@ -17,9 +17,9 @@ import random
 
 import pytest
 
-from specgauge.drafters._suffix_bounds import UnknownTails, global_draft_certain
-from specgauge.drafters._suffix_tree import SuffixTree, best_draft, f32, spec_limits
-from specgauge.drafters.base import replay_by_stepping
+from specgauge.drafters.base import ServerReport, replay_by_stepping
+from specgauge.drafters.suffix.trie import SuffixTree, best_draft, f32, spec_limits
+from specgauge.drafters.suffix.unknown import UnknownTails, global_draft_certain
 from specgauge.drafters.suffix import SuffixDrafter
 
 K = 4
@@ -36,7 +36,7 @@ def test_tail_from_server_count_is_learned_as_a_longer_output() -> None:
     prompt, out = _cut_request()
     probe_p, probe_o = [30, 31, 11, 12, 13], [14, 15, 16, 17, 18, 19]
     a = SuffixDrafter(num_speculative_tokens=K, backend="python")
-    t = a.replay("r0", prompt, out, K, final_accepted=3, bonus=40)
+    t = a.replay("r0", prompt, out, K, server=ServerReport(final_accepted=3, bonus=40))
     assert t.drafted.tolist() == [K] and t.final_draft == [12, 13, 14, 15]  # copied from the prompt
     assert t.open_end and not t.checked  # (no unknown-tail tracking asked for)
     assert int(t.accepted[-1]) == 3 and t.tail_unknown == 0  # the server's count, not the log's 2
@@ -80,7 +80,7 @@ def test_without_server_count_the_tail_is_a_labelled_bound() -> None:
 def test_inconsistent_server_count_is_not_learned() -> None:
     prompt, out = _cut_request()
     d = SuffixDrafter(num_speculative_tokens=K, backend="python")
-    t = d.replay("r0", prompt, out, K, final_accepted=K + 3)
+    t = d.replay("r0", prompt, out, K, server=ServerReport(final_accepted=K + 3))
     assert t.open_end and t.tail_learned == [] and t.tail_unknown == t.tail_bound
 
 
@@ -90,7 +90,7 @@ def test_native_backend_learns_the_same_tail() -> None:
     ts = []
     for backend in ("python", "native"):
         d = SuffixDrafter(num_speculative_tokens=K, backend=backend)
-        d.replay("r0", prompt, out, K, final_accepted=3, bonus=40)
+        d.replay("r0", prompt, out, K, server=ServerReport(final_accepted=3, bonus=40))
         t = d.replay("r1", [30, 31, 11, 12, 13], [14, 15, 16, 17, 18, 19], K)
         ts.append((t.drafted.tolist(), t.accepted.tolist()))
     assert ts[0] == ts[1]
@@ -104,7 +104,7 @@ def test_tracking_needs_the_python_trees() -> None:
 def test_unknown_bonus_is_tracked_and_forgotten_on_eviction() -> None:
     prompt, out = _cut_request()
     d = SuffixDrafter(num_speculative_tokens=K, suffix_decoding_max_cached_requests=1, track_unknown_tails=True)
-    t = d.replay("r0", prompt, out, K, final_accepted=3)
+    t = d.replay("r0", prompt, out, K, server=ServerReport(final_accepted=3))
     assert t.tail_unknown == 1 and d.unknown_tails is not None and d.unknown_tails.total == 1
     d.replay("r1", [5, 6], [7, 8, 9], K)  # evicts r0 (one cached request)
     assert d.unknown_tails.total == 0 and not d.unknown_tails.u

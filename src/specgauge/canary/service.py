@@ -47,7 +47,7 @@ from specgauge.loadgen.dialects import Dialect, detect, get_dialect
 from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.paths import public_url
 from specgauge.records import RequestRecord, ResultsFile, SpecCounts
-from specgauge.stats.record_fields import token_ids
+from specgauge.offline.record_fields import token_ids
 from specgauge.stats.replay_check import check_run
 
 

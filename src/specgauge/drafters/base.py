@@ -22,9 +22,63 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
+
+
+BoundsKind = Literal["guaranteed", "extremes"]
+
+
+@dataclass(frozen=True)
+class CountBounds:
+    """One request's [low, high] of drafts, draft tokens and accepted tokens, where the replay cannot give
+    the server's counts themselves, and which kind of bounds they are:
+
+    * ``guaranteed``: the server's counts lie inside, whatever it did where the log is silent (proved:
+      the final step's draft tokens past the output's end, which a server counts accepted before it cuts
+      the output; suffix decoding's sound check of the cache, ``drafters.suffix.bounds``);
+    * ``extremes``: the replay's two extremes of what a server learned past the cuts its counters do
+      not pin (suffix decoding without the server's final-step counts): no guarantee, a server may lie
+      outside (a tail accepted in part, a bonus token, can move a later draft).
+
+    ``exact`` only for guaranteed bounds whose low and high coincide."""
+
+    drafts: tuple[int, int]
+    draft_tokens: tuple[int, int]
+    accepted_tokens: tuple[int, int]
+    kind: BoundsKind = "guaranteed"
+
+    @property
+    def exact(self) -> bool:
+        return all(lo == hi for lo, hi in (self.drafts, self.draft_tokens, self.accepted_tokens))
+
+    @property
+    def width(self) -> int:
+        """Accepted tokens between the bounds (the figure the acceptance interval turns on)."""
+        return self.accepted_tokens[1] - self.accepted_tokens[0]
+
+    def as_lists(self) -> dict[str, list[int]]:
+        return {"drafts": list(self.drafts), "draft_tokens": list(self.draft_tokens),
+                "accepted_tokens": list(self.accepted_tokens)}
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    """What a logged server reported about one request beside its output, passed by name to a drafter
+    whose ``replay`` learns from it (``replays_server_report``, see :class:`Drafter`; suffix decoding: the tokens its
+    final step accepted past the output's end are learned as the server learned them).
+
+    ``final_accepted``: the accepted count of the request's final drafting step (vLLM's
+    ``per_step_accepted[-1]``); ``steps``: its (drafted, accepted) per drafting step (vLLM's
+    ``per_step_drafted`` / ``per_step_accepted``); ``max_drafted``: the most any of its steps drafted
+    (the counts describe a replay at k only if no step drafted more); ``bonus``: the token it emitted
+    after the final step's accepted drafts, when known."""
+
+    final_accepted: int | None = None
+    steps: tuple[tuple[int, int], ...] | None = None
+    max_drafted: int | None = None
+    bonus: int | None = None
 
 
 @dataclass
@@ -43,6 +97,9 @@ class ReplayTrace:
     #: target's hidden state, as training tools count it; optimistic, no server drafts that way), where
     #: the drafter offers it (:class:`TeacherForcedReplay`); None for every other method
     teacher_forced: ReplayTrace | None = None
+    #: where the replay cannot give the server's counts themselves, their bounds (None: these counts
+    #: are the server's)
+    bounds: CountBounds | None = None
 
 
 def replay_by_stepping(
@@ -62,9 +119,7 @@ def replay_by_stepping(
     pos = 1
     while pos < len(out):
         d = drafter.propose(request_id, history, k)
-        a = 0
-        while a < len(d) and pos + a < len(out) and d[a] == out[pos + a]:
-            a += 1
+        a = accepted_prefix(d, out, pos)
         drafted.append(len(d))
         accepted.append(a)
         step = min(a + 1, len(out) - pos)
@@ -72,6 +127,21 @@ def replay_by_stepping(
         pos += step
     drafter.end(request_id, out)
     return ReplayTrace(np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64))
+
+
+def accepted_prefix(draft: Sequence[int], tokens: Sequence[int], n: int) -> int:
+    """How many of ``draft`` a greedy verifier accepts at position ``n`` of the logged ``tokens``: the
+    length of the prefix that ``tokens[n:]`` continues with, never past their end (the replay theorem:
+    a draft token is accepted exactly when the target emits it).
+
+    ``accepted_prefix([5, 6, 7], [1, 5, 6, 9], 1) == 2``; ``accepted_prefix([5, 6], [1, 5], 1) == 1``
+    (the output ends inside the draft)."""
+    a, total = 0, len(tokens)
+    for t in draft:
+        if n + a >= total or t != tokens[n + a]:
+            break
+        a += 1
+    return a
 
 
 def runs_from_matches(match: np.ndarray) -> np.ndarray:
@@ -100,6 +170,19 @@ def final_bound(t: ReplayTrace, n_out: int) -> int:
     a = int(t.accepted[-1])
     pos = 1 + int(t.accepted[:-1].sum()) + t.drafted.size - 1
     return int(t.drafted[-1]) - a if a >= n_out - pos else 0
+
+
+def final_step_bounds(t: ReplayTrace, n_out: int) -> CountBounds | None:
+    """Guaranteed bounds of a stateless drafter's trace whose final step's draft still matched where
+    the output ends: the server counted between the replay's accepted tokens and ``final_bound`` more
+    (every other step is the server's, by the replay theorem). None: nothing past the end, the counts
+    are the server's."""
+    fb = final_bound(t, n_out)
+    if not fb:
+        return None
+    d = int((t.drafted > 0).sum())
+    dt, acc = int(t.drafted.sum()), int(t.accepted.sum())
+    return CountBounds((d, d), (dt, dt), (acc, acc + fb))
 
 
 def trace_from_runs(run: np.ndarray, k: int) -> ReplayTrace:
@@ -153,6 +236,9 @@ class Drafter(Protocol):
     #: depends on the request alone (n-gram, a draft model), so any order, any worker, gives the
     #: same. A drafter that does not say is taken as stateful (the safe order).
     stateful: ClassVar[bool]
+    # Optional (not part of the protocol's check): ``replays_server_report: ClassVar[bool] = True`` on
+    # a drafter whose fast ``replay`` takes ``server=`` (a :class:`ServerReport`); offline replay passes
+    # the logged server's report to it by that name, and to no other drafter.
 
     def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None: ...
 

@@ -1,4 +1,4 @@
-"""Catalogue entries of bench's replay-vs-live check (``stats/replay_check.py``, ``stats/suffix_schedule.py``):
+"""Catalogue entries of bench's replay-vs-live check (``stats/replay_check.py``, ``offline/schedule.py``):
 its reasons, notes and gap summaries are stored in English in ``summary.json`` (``en``) and shown with
 ``translate``; the bench console's lines on it (``report/bench_console.py``) are ``ENTRIES``. Method
 names, request ids, flags and the server's own error text stay as they are."""
@@ -61,7 +61,7 @@ STORED: Entries = {
     "rc.d.counts": {"en": "server {sd} drafts / {st} draft tokens / {sa} accepted; replay {rd} / {rt} / {ra} (+ at most {b} past the output's end)",
                     "ko": "서버 드래프트 {sd}회 / 드래프트 토큰 {st}개 / 수락 {sa}개; 재생 {rd} / {rt} / {ra} (출력 끝 너머 최대 {b}개 추가)"},
     "rc.d.nothing": {"en": "nothing", "ko": "없음"},
-    # stats/suffix_schedule.py: why the engine's order cannot be replayed
+    # offline/schedule.py: why the engine's order cannot be replayed
     "rc.s.no_schedule": {"en": "request {id} carries no engine schedule (only the embedded server reports it)",
                          "ko": "요청 {id}에 엔진 스케줄이 없음 (내장 서버만 알림)"},
     "rc.s.no_ids": {"en": "request {id} came without token ids", "ko": "요청 {id}이(가) 토큰 ID 없이 옴"},

@@ -91,9 +91,4 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Tra
     return model.eval()
 
 
-def cache_bytes(a: ModelArgs, num_slots: int, max_len: int, dtype: torch.dtype) -> int:
-    """Memory the KV cache for ``num_slots`` x ``max_len`` tokens takes."""
-    return 2 * a.num_layers * num_slots * max_len * a.num_kv_heads * a.head_dim * torch.finfo(dtype).bits // 8
-
-
-__all__ = ["cache_bytes", "load_model", "torch_dtype"]
+__all__ = ["load_model", "torch_dtype"]

@@ -19,7 +19,6 @@ Two halves, both free of I/O beyond loading a drafter:
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +30,7 @@ from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import (
     Drafter,
     ReplayTrace,
+    ServerReport,
     accepted_options,
     is_stateful,
     make_drafter,
@@ -183,13 +183,17 @@ class MethodSpec(BaseModel):
         return accepted_options(self.kind, opts)
 
 
-def replay_one(drafter: Drafter, rid: str, prompt: Sequence[int], out: Sequence[int], k: int, **hints: Any) -> ReplayTrace:
-    """One request through one drafter at k: its fast ``replay`` where it has one (``hints`` such as
-    suffix's ``final_accepted`` go to it), else the engine loop."""
+def replay_one(drafter: Drafter, rid: str, prompt: Sequence[int], out: Sequence[int], k: int,
+               server: ServerReport | None = None) -> ReplayTrace:
+    """One request through one drafter at k: its fast ``replay`` where it has one, else the engine loop.
+    ``server``: what the logged server reported of the request, passed (as ``server=``) to a drafter
+    that says it learns from it (``replays_server_report``, suffix decoding), to no other."""
     fast = getattr(drafter, "replay", None)
-    if fast is not None:
-        return fast(rid, prompt, out, k, **hints)
-    return replay_by_stepping(drafter, rid, prompt, out, k)
+    if fast is None:
+        return replay_by_stepping(drafter, rid, prompt, out, k)
+    if server is not None and getattr(drafter, "replays_server_report", False):
+        return fast(rid, prompt, out, k, server=server)
+    return fast(rid, prompt, out, k)
 
 
 class MethodReplay:
@@ -228,9 +232,9 @@ class MethodReplay:
         return d
 
     def traces(self, rid: str, source: str, prompt: list[int], out: list[int], stream: str = "",
-               ks: Sequence[int] | None = None, **hints: Any) -> dict[int, ReplayTrace]:
+               ks: Sequence[int] | None = None, server: ServerReport | None = None) -> dict[int, ReplayTrace]:
         """Traces for ``ks`` (default: every k) of one request from its ids; ``stream`` picks a
-        stateful drafter's cache; ``hints`` go to a drafter's fast ``replay`` that takes them."""
+        stateful drafter's cache; ``server``: the logged server's report of the request (``replay_one``)."""
         ks = self.ks if ks is None else ks
         try:
             if self.whole_output:
@@ -241,7 +245,7 @@ class MethodReplay:
                 runs, tf = both(prompt, out, max(ks))
                 return {k: replace(trace_from_runs(runs, k), teacher_forced=trace_from_runs(tf, k)) for k in ks}
             drafters = self.drafters(stream)
-            return {k: replay_one(drafters[k], rid, prompt, out, k, **_taken(drafters[k], hints)) for k in ks}
+            return {k: replay_one(drafters[k], rid, prompt, out, k, server) for k in ks}
         except (ValueError, IndexError) as e:
             if not self.where:
                 raise
@@ -249,15 +253,6 @@ class MethodReplay:
 
     def replay(self, req: ReplayedRequest, ks: Sequence[int] | None = None) -> dict[int, ReplayTrace]:
         return self.traces(req.id, req.source, req.prompt_ids, req.output_ids, req.stream, ks)
-
-
-def _taken(drafter: Any, hints: dict[str, Any]) -> dict[str, Any]:
-    """The hints this drafter's fast ``replay`` has parameters for."""
-    if not hints:
-        return hints
-    fast = getattr(drafter, "replay", None)
-    params = inspect.signature(fast).parameters if fast is not None else {}
-    return {n: v for n, v in hints.items() if n in params}
 
 
 class LazyTokenizer:

@@ -163,9 +163,7 @@ def _load_runs(run_dirs: Sequence[Path], cells: Mapping[str, CellSpec] | None, w
     runs = [load_run(d, (cells or {}).get(d.name) or from_sweeps.get(str(d))) for d in dirs]
     notes: list[str] = []
     wl = list(workload) if workload else _workload_of(runs, dirs)
-    if replay is not None:
-        pass
-    elif wl is not None:
+    if replay is None and wl is not None:
         from specgauge.predict.replay import WorkloadReplay
 
         n = max(int((rd.run.get("config") or {}).get("num_prompts") or 0) for rd in runs) or None
@@ -173,7 +171,7 @@ def _load_runs(run_dirs: Sequence[Path], cells: Mapping[str, CellSpec] | None, w
             replay = WorkloadReplay(wl, tokenizer, n)
         except ProfileError as e:
             notes.append(en("predict.n.no_replay", error=e))
-    else:
+    elif replay is None:
         notes.append(en("predict.n.no_workload"))
     return Calibration(runs, replay, notes)
 

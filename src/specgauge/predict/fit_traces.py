@@ -57,14 +57,14 @@ def best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dict
 def engine_order_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Suffix runs of the embedded engine, which reports each request's place in its schedule: the cache is
     replayed from the live records (warm-ups and every run this server served before) in the engine's own
-    call order (``stats.suffix_schedule``), so the server state is known, not guessed. None elsewhere."""
+    call order (``offline.schedule``), so the server state is known, not guessed. None elsewhere."""
     if rd.method != "suffix":
         return None
     from specgauge.predict.replay import resolve_spec
     from specgauge.predict.schedule import PlannedRequest
-    from specgauge.stats.record_fields import token_ids
+    from specgauge.offline.record_fields import token_ids
     from specgauge.stats.replay_check import max_model_len_of_server
-    from specgauge.stats.suffix_schedule import schedule_of, schedule_traces, scheduled_requests
+    from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
 
     same = [r for r in runs if r.cell.label == rd.cell.label]
     sched, _ = scheduled_requests([x for r in same for x in r.records], [w for r in same for w in r.run.get("warmups") or []])

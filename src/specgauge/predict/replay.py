@@ -21,7 +21,6 @@ from specgauge.config import SpeculativeConfig
 from specgauge.i18n import en
 from specgauge.drafters.base import (
     ReplayTrace,
-    accepted_options,
     drafter_factory,
     is_stateful,
     offers_whole_output,
@@ -244,8 +243,3 @@ class WorkloadReplay:
 
 def _cache_key(spec: dict[str, Any] | None, prior: tuple[int, ...], sampled_repeat: bool) -> str:
     return config_key(spec) + repr(prior) + repr(sampled_repeat)
-
-
-def _accepted_options(method: str, opts: dict[str, Any]) -> dict[str, Any]:
-    """``drafters.base.accepted_options`` (kept for ``scripted_server``)."""
-    return accepted_options(method, opts)

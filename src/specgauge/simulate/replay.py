@@ -67,7 +67,7 @@ class RequestAcceptance(BaseModel):
     #: replayed; its figures are exact only when this is 0
     cache_unknown: int = 0
     #: suffix: [low, high] of drafts / draft_tokens / accepted_tokens over the two extremes of what a
-    #: server accepted and learned past the cuts (``drafters._suffix_positions.CountBounds``); ``exact``
+    #: server accepted and learned past the cuts (``drafters.base.CountBounds``); ``exact``
     #: is false unless they coincide. The figures above are the low extreme's
     bounds: dict[str, list[int]] | None = None
     #: hidden-state heads: the optimistic teacher-forced figure over the same output (None: other methods)

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
 from specgauge.config import ConfigError, SpeculativeConfig
-from specgauge.drafters.base import ReplayTrace, is_stateful, trace_from_matches  # noqa: F401  (trace_from_matches: re-exported)
+from specgauge.drafters.base import ReplayTrace, ServerReport, is_stateful, trace_from_matches  # noqa: F401  (trace_from_matches: re-exported)
 from specgauge.i18n import en
 from specgauge.offline.replay import (
     MethodReplay,
@@ -318,7 +318,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     runners = method_replays(specs, cfg.ks, tok)
     tally = ReplayTally(cfg, [s.label for s in specs], tok)
     stream_of = segment_rule(cfg.partition_by)
-    hint = server_counts_hint if len(cfg.ks) == 1 else (lambda _resp: {})
+    report = server_report if len(cfg.ks) == 1 else (lambda _resp: None)
     try:
         for item in iter_workload(cfg.workload, cfg.load, tally.report):
             req = replayed_request(item, tok, stream_of(item.request) if stream_of is not None else "")
@@ -336,7 +336,7 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
                         tally.add_alphas(req.segment, r.spec.label, k, a)
                     continue
                 tally.add_traces(req, r.spec.label, r.traces(req.id, req.source, req.prompt_ids, req.output_ids, req.stream,
-                                                             **hint(item.response)), keep=not r.spec.probabilistic)
+                                                             server=report(item.response)), keep=not r.spec.probabilistic)
             n = tally.end_request()
             if on_request is not None:
                 on_request(n)
@@ -356,18 +356,18 @@ def nothing_to_replay(result: SimulateResult, workload: Sequence[Path]) -> str |
     return en("simulate.e.nothing", files=", ".join(Path(p).name for p in workload), why=why)
 
 
-def server_counts_hint(resp: object) -> dict[str, int]:
+def server_report(resp: object) -> ServerReport | None:
     """The server's final-step accepted count where the log holds vLLM's per-request counters
     (``metrics.speculative_decoding``, ``detailed``): suffix pins the tail past the cut with it, and
     leaves it out where the server drafted more than the replay's k (``SuffixDrafter.replay``). Only
     for a simulation of one k (the logged server's, as the user names it: ``--speculative-config`` or
     ``--k``): at other k the counts are another server's, and what it learned past the cuts its own.
-    (The other steps' counts could fix uncertain paths too, ``server_steps``; not passed: seed 134 of
+    (The other steps' counts could fix uncertain paths too, ``ServerReport.steps``; not passed: seed 134 of
     ``tests/unit/test_suffix_bounds.py`` shows a request outside its bounds with them.)"""
-    from specgauge.stats.record_fields import per_step
+    from specgauge.offline.record_fields import per_step
 
     steps = per_step(getattr(resp, "extra", None))
-    return {"final_accepted": steps[-1][1], "logged_max_drafted": max(d for d, _ in steps)} if steps else {}
+    return ServerReport(final_accepted=steps[-1][1], max_drafted=max(d for d, _ in steps)) if steps else None
 
 
 def stream_note(partition_by: str | None, specs: Sequence[MethodSpec]) -> str:

@@ -22,7 +22,7 @@ Boundary: bench records and a speculative config in, data out (``ReplayCheck``).
 * warm-up requests (``RunRecord.warmups``) entered the server's cache first: they are replayed first;
 * the embedded engine reports each request's prefill step and admission number: with every request
   it admitted known (warm-ups included, admissions 0..n-1), the cache is replayed in the engine's own
-  call order (``drafters._suffix_schedule``), exact also for requests that overlapped in time.
+  call order (``offline.schedule``), exact also for requests that overlapped in time.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from specgauge.config import SpeculativeConfig
-from specgauge.drafters.base import ReplayTrace, drafter_factory, final_bound
+from specgauge.drafters.base import ReplayTrace, ServerReport, drafter_factory, final_bound
 from specgauge.i18n import en
+from specgauge.offline.record_fields import per_step, token_ids
 from specgauge.offline.replay import MethodReplay, MethodSpec
+from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
 from specgauge.records import RequestRecord
 from specgauge.stats.collapse import AcceptanceProfile, CollapseCriteria, Row, profile
-from specgauge.stats.record_fields import per_step, token_ids
-from specgauge.stats.suffix_schedule import schedule_of, schedule_traces, scheduled_requests
 
 Status = Literal["match", "gap", "uncertain", "no_server_counts"]
 MAX_ROWS_KEPT = 2000
@@ -196,8 +196,8 @@ class _Replayer:
         self.replayer = MethodReplay(mspec, [self.k], where="", **context)
 
     def trace(self, rid: str, prompt: list[int], out: list[int], steps: list[tuple[int, int]] | None) -> ReplayTrace:
-        fin = steps[-1][1] if steps else None
-        return self.replayer.traces(rid, "", prompt, out, final_accepted=fin)[self.k]
+        server = ServerReport(final_accepted=steps[-1][1]) if steps else None
+        return self.replayer.traces(rid, "", prompt, out, server=server)[self.k]
 
 
 def replayable(method: str | None) -> bool:
@@ -210,7 +210,7 @@ def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord],
     """How the suffix cache is replayed: in the engine's own order when the records hold every request the
     server admitted (returns those traces), else request by request after the warm-ups (returns None, and
     whether the requests overlapped in time, which makes every row uncertain)."""
-    sched, why = scheduled_requests(ok, warmups)
+    sched, gap = scheduled_requests(ok, warmups)
     if sched is not None:
         opts = {n: v for n, v in rep.options.items() if n.startswith("suffix_decoding_")}
         traces = schedule_traces(sched, opts, rep.k, max_model_len)
@@ -223,9 +223,10 @@ def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord],
             rep.trace(str(w.get("id")), ids[0], ids[1], per_step(w))
         elif w.get("ok") is not None:
             res.notes.append(en("rc.n.warmup_no_ids", id=w.get("id")))
-    unknown_before = why.startswith("the server admitted")  # rc.s.missing: the cache saw requests these records lack
-    if unknown_before:
-        res.notes.append(en("rc.n.uncertain_why", why=why))
+    unknown_before = False
+    if gap is not None and gap.missing:  # the cache saw requests these records lack
+        unknown_before = True
+        res.notes.append(en("rc.n.uncertain_why", why=gap.why))
     if _overlapping(ok):
         res.notes.append(en("rc.n.overlap"))
         return None, True

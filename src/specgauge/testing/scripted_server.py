@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.drafters.base import accepted_options, accepted_prefix, make_drafter
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.predict.law import SHAPES, is_model_method
 from specgauge.predict.predict import step_function
@@ -140,15 +141,10 @@ class ScriptedServer(ThreadedServer):
         self._run, self._run_keys = 0, set()  # runs over the same requests, told apart by a repeated request
         if self.method is not None and cfg is not None and self.traces is None:
             if is_model_method(self.method):
-                from specgauge.drafters.base import make_drafter
-
                 self._draft_model = make_drafter("draft_model", model=cfg.model, num_speculative_tokens=1)
             else:
-                from specgauge.drafters.base import make_drafter
-                from specgauge.predict.replay import _accepted_options
-
                 opts = {k: v for k, v in cfg.model_dump().items() if v is not None and k not in ("method", "model")}
-                self.drafter = make_drafter(self.method, **_accepted_options(self.method, opts))
+                self.drafter = make_drafter(self.method, **accepted_options(self.method, opts))
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "gen": 0, "prompt": 0, "success": 0}
         self.per_pos = [0] * max(self.k, 0)
         self.steps: list[tuple[float, float]] = []  #: (start, duration) of every step, for tests
@@ -258,10 +254,7 @@ class ScriptedServer(ThreadedServer):
             return self.k, run
         history = r.prompt + r.output[:pos]
         d = self.drafter.propose(r.rid, history, self.k)
-        a = 0
-        while a < len(d) and pos + a < len(r.output) and d[a] == r.output[pos + a]:
-            a += 1
-        return len(d), a
+        return len(d), accepted_prefix(d, r.output, pos)
 
     def _emit(self, r: _Req, n: int) -> bool:
         """Send one step's tokens; True while the request goes on."""

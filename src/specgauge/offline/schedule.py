@@ -2,7 +2,8 @@
 
 Requests that overlap in time reach a shared cache interleaved step by step, so replaying them one
 after the other is not what the server did. The embedded engine (``engine/core.py``) reports, per
-request, the engine step of its prefill and its admission number (``SpecStats.schedule``): its
+request, the engine step of its prefill and its admission number (``SpecStats.schedule``, in the
+record's ``metrics.speculative_decoding``: ``specgauge_prefill_step``, ``specgauge_admitted``): its
 decode steps then follow at every later engine step until it ends, and within one engine step the
 engine calls the drafter in this order:
 
@@ -12,20 +13,28 @@ engine calls the drafter in this order:
 3. ``begin`` for the requests admitted this step, in admission order (and ``end`` at once for one
    whose prefill token already ended it).
 
-With every request's prompt and output known (its record, warm-ups included), replaying that order
-gives the server's drafts exactly. The drafter sees each request under its admission number (the
-engine's ids are unique; a reused id would evict a cached response). ``ScheduleError``: the schedule is inconsistent (a request
-admitted into a step that had already passed), so it cannot be what one engine did.
+When bench records (plus the run's warm-ups, ``RunRecord.warmups``) hold *every* request the server
+admitted — admissions 0..n-1, each with its token ids — the cache's whole history is known and
+replaying that order gives the server's drafts exactly, requests that overlapped in time included
+(``scheduled_requests`` then ``schedule_traces``). Records of several runs on one server (a sweep's
+concurrencies) are one schedule. The drafter sees each request under its admission number (the
+engine's ids are unique; a reused id would evict a cached response). ``ScheduleError``: the schedule
+is inconsistent (a request admitted into a step that had already passed), so it cannot be what one
+engine did. Boundary: records in, traces out; no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from specgauge.drafters.base import Drafter, ReplayTrace
+from specgauge.drafters.base import Drafter, ReplayTrace, accepted_prefix, make_drafter
+from specgauge.i18n import en
+from specgauge.offline.record_fields import per_step, spec_decoding, token_ids
+from specgauge.records import RequestRecord
 
 
 class ScheduleError(ValueError):
@@ -75,9 +84,7 @@ def replay_schedule(drafter: Drafter, requests: Sequence[ScheduledRequest], k: i
         for s in running:  # 2. verification: the matching prefix is accepted, one more token emitted
             r, d = s.req, s.draft
             n, left = len(r.output), len(r.output) - s.pos
-            a = 0
-            while a < len(d) and a < left and d[a] == r.output[s.pos + a]:
-                a += 1
+            a = accepted_prefix(d, r.output, s.pos)
             s.drafted.append(len(d))
             s.accepted.append(a)
             s.pos += min(a + 1, left)
@@ -100,3 +107,61 @@ def replay_schedule(drafter: Drafter, requests: Sequence[ScheduledRequest], k: i
             else:
                 running.append(_State(r))
     return out
+
+
+@dataclass(frozen=True)
+class ScheduleGap:
+    """Why a run's records cannot be replayed in the engine's order. ``missing``: requests the server
+    admitted that the records lack (earlier runs, failed or aborted requests): its cache saw them, so
+    no replay of these records can vouch for a row; 0 for every other reason."""
+
+    why: str
+    missing: int = 0
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def schedule_of(extra: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(prefill step, admission number) the embedded server reported for one request, or None."""
+    sd = spec_decoding(dict(extra) if extra else None)
+    if sd is None:
+        return None
+    p, a = sd.get("specgauge_prefill_step"), sd.get("specgauge_admitted")
+    return (p, a) if isinstance(p, int) and isinstance(a, int) else None
+
+
+def scheduled_requests(records: Iterable[RequestRecord], warmups: Iterable[Mapping[str, Any]] = ()
+                       ) -> tuple[list[ScheduledRequest], None] | tuple[None, ScheduleGap]:
+    """Every request the server admitted, as a schedule; (None, why) when one is missing or unplaced."""
+    items = [(str(w.get("id")), w) for w in warmups if w.get("ok")]
+    items += [(r.id, r.extra or {}) for r in records if r.ok]
+    out: list[ScheduledRequest] = []
+    for rid, extra in items:
+        ids, sc = token_ids(dict(extra)), schedule_of(extra)
+        if sc is None:
+            return None, ScheduleGap(en("rc.s.no_schedule", id=rid))
+        if ids is None:
+            return None, ScheduleGap(en("rc.s.no_ids", id=rid))
+        steps = per_step(dict(extra))
+        out.append(ScheduledRequest(rid, ids[0], ids[1], sc[0], sc[1], steps[-1][1] if steps else None))
+    if not out:
+        return None, ScheduleGap(en("rc.s.none"))
+    adm = sorted(r.admitted for r in out)
+    if len(set(adm)) != len(adm):
+        return None, ScheduleGap(en("rc.s.shared"))
+    if adm != list(range(len(adm))):
+        missing = adm[-1] + 1 - len(adm)
+        return None, ScheduleGap(en("rc.s.missing", n=missing), missing)
+    return out, None
+
+
+def schedule_traces(requests: Sequence[ScheduledRequest], drafter_options: Mapping[str, Any], k: int,
+                    max_model_len: int | None, kind: str = "suffix") -> dict[int, ReplayTrace] | None:
+    """Replay ``requests`` through a fresh drafter of ``kind`` (the engine's suffix cache by default) in
+    the engine's order: traces by admission number (None: an inconsistent schedule)."""
+    drafter = make_drafter(kind, **{**drafter_options, "num_speculative_tokens": k, "max_model_len": max_model_len})
+    try:
+        return replay_schedule(drafter, requests, k, max_model_len)
+    except ScheduleError:
+        return None

@@ -1,6 +1,25 @@
-"""The suffix trie behind the ``suffix`` drafter: a pure-Python twin of ArcticInference 0.3.0's
-``SuffixTree`` (``csrc/suffix_decoding/suffix_tree.cc``) and its greedy draft search. What it
-mirrors and why every observable matches the C++ tree is written in ``suffix.py``'s docstring.
+"""The suffix trie: a pure-Python twin of ArcticInference 0.3.0's ``SuffixTree``
+(``csrc/suffix_decoding/suffix_tree.cc``) and its greedy draft search.
+
+The C++ tree is path-compressed; this one is an uncompressed trie with the same counts. Every
+observable of speculation is identical: a compressed node's inner positions have a single child
+and the same count (so the probability ratio there is exactly 1.0), and branching happens only at
+node ends, where both keep children in the same order.
+
+Each node keeps its children in a list ordered by decreasing count, moved exactly as the C++
+sibling/group linked lists move them (ties are NOT broken by token or age alone, so this matters
+for which continuation is drafted):
+
+* a new child goes to the tail;
+* on increment, a node whose previous sibling has count ``c`` (its own) or ``c+1`` moves in front
+  of the first node of that sibling's equal-count run;
+* on decrement (eviction), a node whose next sibling has its count ``c`` moves in front of the
+  first node with a smaller count (or to the tail).
+
+Drafts are searched longest match first with an exact early stop (``best_draft``), which returns
+C++'s ascending-search result. Floating point follows the C++ ``float`` arithmetic: every
+product/quotient/sum is rounded to float32 (exact here: double results rounded once to float32 equal
+float32 arithmetic for these ops).
 """
 
 from __future__ import annotations

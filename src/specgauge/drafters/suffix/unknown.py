@@ -23,7 +23,7 @@ them. A sound test, by interval arithmetic over the counts an unknown token can 
   an unknown token, which has no children: its draft is empty and never wins.
 
 A step that fails the test is *uncertain*: the server may have drafted otherwise, and every later
-step of that request with it. Floating point follows ``suffix.f32`` (monotone, so intervals hold).
+step of that request with it. Floating point follows ``trie.f32`` (monotone, so intervals hold).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specgauge.drafters._suffix_tree import f32
+from specgauge.drafters.suffix.trie import f32
 
 if TYPE_CHECKING:
-    from specgauge.drafters._suffix_tree import SuffixTree, _Node
+    from specgauge.drafters.suffix.trie import SuffixTree, _Node
 
 
 class UnknownTails:
@@ -119,7 +119,7 @@ class UnknownTails:
 def _walk(node: _Node, delta: int, cap: int, min_prob: float, tails: UnknownTails,
           state: tuple[int, tuple[int | None, ...]] | None) -> tuple[float, float, bool]:
     """Score interval of the greedy walk from ``node`` (whose count may be ``delta`` higher; ``state``:
-    where runs reach it) and whether its tokens are certain. Mirrors ``suffix.best_draft``'s inner loop.
+    where runs reach it) and whether its tokens are certain. Mirrors ``trie.best_draft``'s inner loop.
     Where the walk becomes uncertain, the tokens so far stand and each further one adds at most 1 to
     the score."""
     lo = hi = 1.0
