@@ -172,7 +172,8 @@ def test_simulate_per_request_rows_pin_the_tail_with_the_servers_counts_in_the_l
         assert len(rows) == len(reqs)
         for row, (_, live, _) in zip(rows, served, strict=True):
             b = row["bounds"]
-            assert row["exact"] == all(lo == hi for lo, hi in b.values())
+            assert row["exact"] == (row["bounds_kind"] == "guaranteed" and all(lo == hi for lo, hi in b.values()))
+            assert row["bounds_kind"] == "guaranteed" if counters else row["bounds_kind"] in ("guaranteed", "extremes")
             if counters:
                 assert all(lo <= x <= hi for x, (lo, hi) in zip(live, (b["drafts"], b["draft_tokens"], b["accepted_tokens"])))
                 if row["exact"]:

@@ -51,7 +51,7 @@ class CountBounds:
 
     @property
     def exact(self) -> bool:
-        return all(lo == hi for lo, hi in (self.drafts, self.draft_tokens, self.accepted_tokens))
+        return self.kind == "guaranteed" and all(lo == hi for lo, hi in (self.drafts, self.draft_tokens, self.accepted_tokens))
 
     @property
     def width(self) -> int:
@@ -97,8 +97,9 @@ class ReplayTrace:
     #: target's hidden state, as training tools count it; optimistic, no server drafts that way), where
     #: the drafter offers it (:class:`TeacherForcedReplay`); None for every other method
     teacher_forced: ReplayTrace | None = None
-    #: where the replay cannot give the server's counts themselves, their bounds (None: these counts
-    #: are the server's)
+    #: where the replay cannot give the server's counts themselves, their bounds. None: a stateless
+    #: drafter's counts are the server's (``offline`` sets them where not); a stateful drafter gives its
+    #: own where asked (suffix with ``bounds=True``), else its counts are vouched for by nothing here
     bounds: CountBounds | None = None
 
 

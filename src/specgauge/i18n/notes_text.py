@@ -124,19 +124,40 @@ STORED: Entries = {
               "최대 {tail}개 더 학습합니다 (잘린 곳이나 EOS 너머에서 수락된 토큰과 그다음 토큰). 어떤 로그에도 없는 "
               "토큰입니다. 요청 {after}개는 그 토큰 없이 캐시에서 재생되었으므로, 그 토큰이 어떤 초안도 바꾸지 않을 때만 "
               "수치가 정확합니다"},
-    "simulate.n.open_tails_bounds": {
+    "simulate.n.open_tails_extremes": {
         "en": "{n} of {total} outputs end while the final draft still matched: a live suffix server would also learn up "
               "to {tail} tokens past those ends (accepted past the cut or the EOS, and the token after them) that no log "
-              "holds; replayed at both extremes of what it learned there, the acceptance lies in [{lo}, {hi}], and "
-              "{inexact} of {total} requests' counts differ between the extremes (mean width {width} accepted tokens), the "
-              "others come out the same at both (simulate --per-request: each row's bounds); a log with vLLM's "
-              "per-request counters (--per-request-spec-decode-metrics detailed) makes the bounds sound",
+              "holds; replayed at both extremes of what it learned there, the acceptance lies in [{lo}, {hi}]: the "
+              "replay's extremes, not a guarantee (a server that accepted part of a tail can lie outside). {inexact} of "
+              "{total} requests' counts differ between the extremes (mean width {width} accepted tokens); {extremes} "
+              "request(s) from the first such unpinned end on carry the extremes as their bounds and are never labelled "
+              "exact (simulate --per-request: each row's bounds and bounds_kind); a log with vLLM's per-request counters "
+              "(--per-request-spec-decode-metrics detailed) makes the bounds guaranteed",
         "ko": "출력 {total}개 중 {n}개가 마지막 초안이 아직 일치하는 채로 끝납니다: 실제 suffix 서버는 그 끝 너머의 토큰을 "
               "최대 {tail}개 더 학습합니다 (잘린 곳이나 EOS 너머에서 수락된 토큰과 그다음 토큰). 어떤 로그에도 없는 "
-              "토큰입니다. 서버가 거기서 학습한 것의 두 극단으로 재생하면 수락률은 [{lo}, {hi}] 안에 있고, 요청 {total}개 중 "
-              "{inexact}개의 카운트가 두 극단 사이에서 다르고 (평균 폭: 수락 토큰 {width}개) 나머지는 두 극단에서 같습니다 "
-              "(simulate --per-request: 행마다 범위). vLLM의 요청별 카운터(--per-request-spec-decode-metrics detailed)가 "
-              "있는 로그라면 범위가 보장됩니다"},
+              "토큰입니다. 서버가 거기서 학습한 것의 두 극단으로 재생하면 수락률은 [{lo}, {hi}] 안에 있습니다: 재생의 두 "
+              "극단일 뿐 보장이 아닙니다 (꼬리의 일부만 수락한 서버는 그 밖에 있을 수 있음). 요청 {total}개 중 "
+              "{inexact}개의 카운트가 두 극단 사이에서 다르고 (평균 폭: 수락 토큰 {width}개), 카운터가 정해 주지 않은 첫 "
+              "끝부터의 요청 {extremes}개는 두 극단을 범위로 가지며 정확으로 표시되지 않습니다 (simulate --per-request: "
+              "행마다 범위와 그 종류). vLLM의 요청별 카운터(--per-request-spec-decode-metrics detailed)가 있는 로그라면 "
+              "범위가 보장됩니다"},
+    "simulate.n.open_tails_guaranteed": {
+        "en": "{n} of {total} outputs end while the final draft still matched: the server's final-step counts say what it "
+              "accepted and learned past those ends, but for the token after each ({tail} in all), which no log holds; the "
+              "acceptance lies in [{lo}, {hi}] (guaranteed bounds: the server's counts lie inside), and {inexact} of "
+              "{total} requests' counts are not exact (mean width {width} accepted tokens) (simulate --per-request: each "
+              "row's bounds)",
+        "ko": "출력 {total}개 중 {n}개가 마지막 초안이 아직 일치하는 채로 끝납니다: 서버의 마지막 스텝 카운트가 그 끝 "
+              "너머에서 수락하고 학습한 것을 알려 주지만, 각 끝 다음의 토큰 (모두 {tail}개)은 어떤 로그에도 없습니다. "
+              "수락률은 [{lo}, {hi}] 안에 있고 (보장된 범위: 서버의 카운트가 그 안에 있음), 요청 {total}개 중 "
+              "{inexact}개의 카운트는 정확하지 않습니다 (평균 폭: 수락 토큰 {width}개) (simulate --per-request: 행마다 범위)"},
+    "simulate.n.final_bounds": {
+        "en": "{n} of {total} outputs end inside a draft that still matched: a server also counts the draft tokens it "
+              "accepted past the end, which no log shows, so the acceptance lies in [{lo}, {hi}] (guaranteed bounds; the "
+              "figures above are the low end; simulate --per-request: each row's bounds)",
+        "ko": "출력 {total}개 중 {n}개가 아직 일치하는 초안 안에서 끝납니다: 서버는 끝 너머에서 수락한 초안 토큰도 세는데 "
+              "어떤 로그에도 보이지 않으므로, 수락률은 [{lo}, {hi}] 안에 있습니다 (보장된 범위; 위의 수치는 하한; "
+              "simulate --per-request: 행마다 범위)"},
     "simulate.n.approx": {
         "en": "{n} request(s) had no logged token ids ({whose}): re-tokenised with {tok}; acceptance APPROXIMATE — log "
               "token ids (vLLM return_token_ids) for exact figures",

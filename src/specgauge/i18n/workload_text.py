@@ -65,6 +65,8 @@ WORKLOAD: Entries = {
                                "(EAGLE, SpecForge)가 출력하는 수치입니다. 서버는 그렇게 초안을 만들지 않습니다: "
                                "옆의 재생 수락률이 서버가 실제로 수락하는 값입니다."},
     "simulate.exact": {"en": "acceptance EXACT (logged token ids)", "ko": "수락 정확 (기록된 토큰 ID)"},
+    "simulate.exact_bounded": {"en": "acceptance from logged token ids: EXACT except where a note below gives bounds",
+                               "ko": "기록된 토큰 ID로 센 수락: 아래 참고 사항이 범위를 주는 곳 말고는 정확"},
     "simulate.approx": {"en": "acceptance APPROXIMATE (text re-tokenised by {tok}; see the note)",
                         "ko": "수락 근사치 ({tok}로 텍스트를 다시 토큰화함; 참고 사항 확인)"},
     "simulate.skipped": {"en": "skipped {n} request(s): {why}", "ko": "요청 {n}개를 건너뜀: {why}"},

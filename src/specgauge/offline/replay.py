@@ -32,6 +32,7 @@ from specgauge.drafters.base import (
     ReplayTrace,
     ServerReport,
     accepted_options,
+    final_step_bounds,
     is_stateful,
     make_drafter,
     offers_whole_output,
@@ -234,8 +235,20 @@ class MethodReplay:
     def traces(self, rid: str, source: str, prompt: list[int], out: list[int], stream: str = "",
                ks: Sequence[int] | None = None, server: ServerReport | None = None) -> dict[int, ReplayTrace]:
         """Traces for ``ks`` (default: every k) of one request from its ids; ``stream`` picks a
-        stateful drafter's cache; ``server``: the logged server's report of the request (``replay_one``)."""
+        stateful drafter's cache; ``server``: the logged server's report of the request (``replay_one``).
+        A stateless drafter's trace gets guaranteed ``bounds`` where its final step's draft still matched
+        at the output's end (``base.final_step_bounds``: the server counted what it accepted past it); a
+        stateful drafter gives its own (suffix with ``bounds=True``)."""
         ks = self.ks if ks is None else ks
+        traces = self._traces(rid, prompt, out, stream, ks, server, source)
+        if not self.stateful:  # the one count a stateless replay cannot know: the final step's past the end
+            for t in traces.values():
+                if t.bounds is None:
+                    t.bounds = final_step_bounds(t, len(out))
+        return traces
+
+    def _traces(self, rid: str, prompt: list[int], out: list[int], stream: str, ks: Sequence[int],
+                server: ServerReport | None, source: str) -> dict[int, ReplayTrace]:
         try:
             if self.whole_output:
                 both = getattr(self.model, "accept_runs_and_teacher_forced", None)  # TeacherForcedReplay

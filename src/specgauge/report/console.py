@@ -169,12 +169,14 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
                 d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
                           " ".join(_f(x) for x in s.per_position_rate), shown(pred(sr, s.method, s.k, b0)))
         console.print(d)
-    label = tr("simulate.exact") if r.exact else tr("simulate.approx", tok=_data(r.tokenizer))
+    bounded = any(not s.exact for s in r.overall.summaries)  # a note below gives those figures' bounds
+    label = (tr("simulate.exact_bounded") if bounded else tr("simulate.exact")) if r.exact \
+        else tr("simulate.approx", tok=_data(r.tokenizer))
     console.print(label, highlight=False, markup=False)
     for k, v in r.skipped.items():
         console.print(f"[yellow]{escape(tr('simulate.skipped', n=v, why=k))}[/yellow]")
     for note in r.notes:
         console.print(f"[yellow]{tr('console.note')}[/yellow] {_note(note)}", highlight=False)
-    for s in r.overall.summaries:  # suffix: what the logs cannot tell (tokens past each cut), at the best k
-        if s.open_tail_requests and r.overall.best_k.get(s.method) == s.k:
+    for s in r.overall.summaries:  # what the logs cannot tell (counts and tokens past each cut), at the best k
+        if (s.open_tail_requests or s.inexact_requests) and r.overall.best_k.get(s.method) == s.k:
             console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(s.method)} k={s.k}: {_note(s.notes[-1])}", highlight=False)

@@ -20,6 +20,8 @@ def simulation_rows(r: SimulateResult) -> list[dict[str, Any]]:
                 "tokens_per_step": s.tokens_per_step, "request_acceptance_p50": s.request_acceptance_rate.p50,
                 "best_k": sr.best_k.get(s.method) == s.k, "exact": s.exact,
             }
+            if s.bounds_kind is not None:  # the acceptance lies in acceptance_rate_bounds: guaranteed or the replay's extremes
+                row["bounds_kind"] = s.bounds_kind
             if s.teacher_forced_acceptance_rate is not None:  # a hidden-state head: training tools' optimistic figure
                 row["teacher_forced_acceptance_rate"] = s.teacher_forced_acceptance_rate
             for i, v in enumerate(s.per_position_rate):

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from specgauge.distributions import describe
-from specgauge.drafters.base import ReplayTrace
+from specgauge.drafters.base import BoundsKind, ReplayTrace
 from specgauge.i18n import en
 
 
@@ -59,6 +59,7 @@ class RequestAcceptance(BaseModel):
     per_position: list[int]
     #: acceptance_histogram[a]: drafts with exactly a tokens accepted (a = 0..k)
     acceptance_histogram: list[int]
+    #: the figures are the server's: logged token ids, and no bounds, or guaranteed bounds that coincide
     exact: bool = True
     #: suffix: tokens a live server would also learn past this output's end (draft tokens accepted
     #: past the cut / after the EOS, and the token after them) that the log does not hold (a bound)
@@ -66,10 +67,14 @@ class RequestAcceptance(BaseModel):
     #: suffix: such tokens of earlier requests missing from the replay's cache when this request was
     #: replayed; its figures are exact only when this is 0
     cache_unknown: int = 0
-    #: suffix: [low, high] of drafts / draft_tokens / accepted_tokens over the two extremes of what a
-    #: server accepted and learned past the cuts (``drafters.base.CountBounds``); ``exact``
-    #: is false unless they coincide. The figures above are the low extreme's
+    #: [low, high] of drafts / draft_tokens / accepted_tokens where the replay cannot give the server's
+    #: counts (``drafters.base.CountBounds``): a final step whose draft still matched at the output's end
+    #: (the server counted what it accepted past it), suffix's tokens learned past the cuts. The figures
+    #: above are the low end. None: the figures are the server's (with logged token ids)
     bounds: dict[str, list[int]] | None = None
+    #: "guaranteed": the server's counts lie inside; "extremes": the replay's two extremes of what a
+    #: suffix server learned past cuts its counters do not pin, no guarantee (None: no bounds)
+    bounds_kind: BoundsKind | None = None
     #: hidden-state heads: the optimistic teacher-forced figure over the same output (None: other methods)
     teacher_forced: TeacherForcedCounts | None = None
 
@@ -79,7 +84,7 @@ class RequestAcceptance(BaseModel):
         exact: bool = True,
     ) -> RequestAcceptance:
         steps, drafts, dtok, acc, per_pos, hist = _counts(trace, k)
-        b = getattr(trace, "bounds", None)
+        b = trace.bounds
         tf, tft = None, getattr(trace, "teacher_forced", None)
         if tft is not None:
             _, tf_drafts, tf_dtok, tf_acc, tf_pos, _ = _counts(tft, k)
@@ -90,7 +95,8 @@ class RequestAcceptance(BaseModel):
             steps=steps, drafts=drafts, draft_tokens=dtok, accepted_tokens=acc,
             per_position=per_pos, acceptance_histogram=hist, exact=exact and (b is None or b.exact),
             tail_unknown=int(getattr(trace, "tail_unknown", 0)), cache_unknown=int(getattr(trace, "cache_unknown", 0)),
-            bounds=b.as_lists() if b is not None else None, teacher_forced=tf,
+            bounds=b.as_lists() if b is not None else None, bounds_kind=b.kind if b is not None else None,
+            teacher_forced=tf,
         )
 
     @property
@@ -146,11 +152,14 @@ class AcceptanceSummary(BaseModel):
     open_tail_requests: int = 0
     tail_unknown_tokens: int = 0
     requests_after_unknown: int = 0
-    #: suffix with bounds: the acceptance rate's [low, high] over the requests' bounds (low: least accepted
+    #: with bounds: the acceptance rate's [low, high] over the requests' bounds (low: least accepted
     #: over most drafted), the requests whose bounds differ, and their mean width in accepted tokens
     acceptance_rate_bounds: list[float] | None = None
     inexact_requests: int = 0
     mean_bound_width: float | None = None
+    #: "guaranteed" when every request's bounds are, "extremes" when any are the replay's extremes (the
+    #: interval then guarantees nothing); None without bounds
+    bounds_kind: BoundsKind | None = None
     #: hidden-state heads: the teacher-forced figure (every draft position fed the target's hidden state,
     #: what training tools print) beside the replayed one above; OPTIMISTIC, not what a server accepts
     teacher_forced_acceptance_rate: float | None = Field(
@@ -181,6 +190,7 @@ class AcceptanceAccumulator:
         self.exact = True
         self.open_tails = self.tail_unknown = self.after_unknown = 0
         self.bounded = self.inexact = self.width = self.acc_lo = self.acc_hi = self.dt_lo = self.dt_hi = 0
+        self.extremes = 0  # requests whose bounds are the replay's extremes, not guaranteed
         self.tf_rows = self.tf_drafts = self.tf_dtok = self.tf_acc = 0
         self.tf_pos = np.zeros(k, dtype=np.int64)
 
@@ -204,9 +214,13 @@ class AcceptanceAccumulator:
         self.open_tails += r.tail_unknown > 0
         self.tail_unknown += r.tail_unknown
         self.after_unknown += r.cache_unknown > 0
-        if r.bounds is not None:
+        if r.bounds is None:  # the server's counts: both ends of the interval
+            self.acc_lo, self.acc_hi = self.acc_lo + r.accepted_tokens, self.acc_hi + r.accepted_tokens
+            self.dt_lo, self.dt_hi = self.dt_lo + r.draft_tokens, self.dt_hi + r.draft_tokens
+        else:
             b = r.bounds
             self.bounded += 1
+            self.extremes += r.bounds_kind == "extremes"
             self.inexact += b["drafts"][0] != b["drafts"][1] or b["draft_tokens"][0] != b["draft_tokens"][1] \
                 or b["accepted_tokens"][0] != b["accepted_tokens"][1]
             self.width += b["accepted_tokens"][1] - b["accepted_tokens"][0]
@@ -235,10 +249,14 @@ class AcceptanceAccumulator:
         notes = [] if drafts else [en("simulate.n.no_drafts")]
         bounds = [self.acc_lo / self.dt_hi if self.dt_hi else 0.0, min(1.0, self.acc_hi / self.dt_lo)] \
             if self.bounded and self.dt_lo else None
+        kind: BoundsKind | None = None if not self.bounded else "extremes" if self.extremes else "guaranteed"
+        if bounds is not None:
+            interval = {"lo": f"{100 * bounds[0]:.1f} %", "hi": f"{100 * bounds[1]:.1f} %", "total": self.requests}
         if self.open_tails and bounds is not None:  # what the unknown tokens can move, as an interval
-            notes.append(en("simulate.n.open_tails_bounds", n=self.open_tails, total=self.requests, tail=self.tail_unknown,
-                            lo=f"{100 * bounds[0]:.1f} %", hi=f"{100 * bounds[1]:.1f} %", inexact=self.inexact,
-                            width=f"{self.width / self.bounded:.2f}"))
+            notes.append(en(f"simulate.n.open_tails_{kind}", n=self.open_tails, tail=self.tail_unknown, inexact=self.inexact,
+                            width=f"{self.width / self.bounded:.2f}", extremes=self.extremes, **interval))
+        elif bounds is not None and self.inexact:  # a stateless drafter's final steps past the output's end
+            notes.append(en("simulate.n.final_bounds", n=self.inexact, **interval))
         elif self.open_tails:
             notes.append(en("simulate.n.open_tails", n=self.open_tails, total=self.requests, tail=self.tail_unknown,
                             after=self.after_unknown))
@@ -259,5 +277,5 @@ class AcceptanceAccumulator:
             requests_after_unknown=self.after_unknown, notes=notes,
             acceptance_rate_bounds=bounds,
             inexact_requests=self.inexact, mean_bound_width=self.width / self.bounded if self.bounded else None,
-            **self._teacher_forced(),  # type: ignore[arg-type]
+            bounds_kind=kind, **self._teacher_forced(),  # type: ignore[arg-type]
         )
