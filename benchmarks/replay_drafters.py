@@ -8,8 +8,9 @@ Prints decode positions per second for both and their ratio, after checking the 
   installed) replays the whole ``--suffix-tokens`` log; the reference (``replay_by_stepping`` over
   the pure-Python drafter) replays its first ``--suffix-ref-tokens`` output tokens, and every
   backend's traces on that prefix must equal the reference's. ``--suffix-baseline FILE`` also times
-  an older ``suffix.py`` (e.g. ``git show REV:src/specgauge/drafters/suffix.py > old.py``) on the
-  prefix, with its ``replay``, for a before/after in the same run.
+  an older single-file ``suffix.py`` whose imports still resolve on the prefix, with its ``replay``,
+  for a before/after in the same run; since the drafter is a package (``drafters/suffix/``), time a
+  before/after by running this script from each checkout (``PYTHONPATH=OLD/src`` and ``NEW/src``).
 
     python benchmarks/replay_drafters.py --tokens 1000000 --k 4 --suffix-tokens 1000000
 """
