@@ -98,6 +98,28 @@ def test_candidate_failures_before_the_first_byte_are_served_by_the_baseline(pai
             assert KEY not in f.read_text(errors="replace"), f  # the key passed through, never written
 
 
+def test_a_connection_the_upstream_closed_under_a_request_is_retried_not_failed(pair: tuple[FakeServer, FakeServer],
+                                                                                 tmp_path: Path) -> None:
+    """uvicorn (vLLM, the embedded server) closes an idle keep-alive connection after 5 s, and a request the
+    proxy sends on it as it closes is dropped unread: the README's canary recipe once gave its client a
+    502 "connection reset by peer" from the baseline that way. Every such request goes out once more on
+    a fresh connection: no client sees an error, and no candidate failure is counted for it."""
+    b, c = pair
+    out = tmp_path / "o"
+    b.override = c.override = "fault:stale"  # both drop every request on a connection that already served one
+    with CanaryThread(cfg(b, c, out, steps=[50.0])) as cy:
+        for i in range(8):
+            r = httpx.post(cy.base_url + "/v1/chat/completions", json=chat("tokens:3 per:1", user=f"u{i}"), timeout=10)
+            assert r.status_code == 200 and b"[DONE]" in r.content, (i, r.status_code, r.text[:300])
+            assert httpx.get(cy.base_url + "/v1/models", timeout=10).status_code == 200  # the passthrough too
+        sides = {httpx.post(cy.base_url + "/v1/chat/completions", json=chat("tokens:1", user=f"u{i}"), timeout=10).headers[TAG_HEADER]
+                 for i in range(8)}
+    assert sides == {"baseline", "candidate"}  # both upstreams were exercised
+    for side in ("baseline", "candidate"):
+        recs = ResultsFile(out / side / "results.jsonl").existing()
+        assert recs and all(r.ok for r in recs), [(r.failure, r.error) for r in recs if not r.ok]
+
+
 def test_a_bad_first_event_from_the_baseline_is_forwarded_then_recorded(pair: tuple[FakeServer, FakeServer],
                                                                        tmp_path: Path) -> None:
     """With nothing left to retry on (the baseline serving a candidate's retry), the first bytes are

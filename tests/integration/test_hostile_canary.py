@@ -154,7 +154,7 @@ def test_any_failure_to_send_to_the_candidate_falls_back_and_counts(rec_pair: tu
         def refuse(*a: Any, **k: Any) -> Any:
             raise ValueError("Cannot combine AUTHORIZATION header with AUTH argument or credentials encoded in URL")
 
-        session.post = refuse  # type: ignore[method-assign]
+        session.request = refuse  # type: ignore[method-assign]  (the proxy sends through session.request)
         r = httpx.post(cy.base_url + "/v1/chat/completions", json=chat(), timeout=10)
         assert r.status_code == 200 and r.headers[TAG_HEADER] == "baseline"
         totals = httpx.get(cy.base_url + "/canary/status").json()["totals"]

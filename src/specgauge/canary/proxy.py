@@ -55,7 +55,7 @@ from specgauge.canary.exchange import (
 from specgauge.canary.intake import BodyGate, error_response
 from specgauge.canary.observe import Capture, Role, Side, build_record
 from specgauge.canary.routing import Router, session_key, to_candidate
-from specgauge.loadgen.runner import classify_failure
+from specgauge.loadgen.runner import classify_failure, send_once_more_if_stale
 from specgauge.records import FailureKind, RequestRecord
 from specgauge.structured import check_body
 
@@ -180,7 +180,10 @@ class Proxy:
         ``parse_first`` the first bytes are parsed here, before they are forwarded (a bad first
         event can still be retried); without it (nothing to retry) they are parsed after forwarding."""
         async with asyncio.timeout(first_timeout):
-            resp = await up.session.post(up.url + req.path_qs, data=req.body, headers=up.headers(req.headers))
+            # a pooled connection the upstream closed as this request left is retried, not failed: uvicorn
+            # (vLLM, the embedded server) closes idle keep-alive connections after 5 s
+            resp, _ = await send_once_more_if_stale(up.session, "POST", up.url + req.path_qs, data=req.body,
+                                                    headers=up.headers(req.headers))
             cap.status = resp.status
             try:
                 if not 200 <= resp.status < 300:
@@ -397,8 +400,8 @@ class Proxy:
     async def _passthrough(self, request: web.Request, body: bytes) -> web.StreamResponse:
         up = self.baseline
         try:
-            resp = await up.session.request(request.method, up.url + request.path_qs, data=body or None,
-                                            headers=up.headers(self._upstream_headers(request)))
+            resp, _ = await send_once_more_if_stale(up.session, request.method, up.url + request.path_qs, data=body or None,
+                                                    headers=up.headers(self._upstream_headers(request)))
         except Exception as e:  # an upstream down, or a request aiohttp refuses to send
             return error_response(502, f"specgauge canary: the baseline failed: {type(e).__name__}")
         try:

@@ -155,17 +155,10 @@ class Runner:
             return resp.status, st.final
 
     async def _post(self, req: Request, body: dict[str, Any], st: _Stream) -> aiohttp.ClientResponse:
-        """POST, retrying once when a pooled keep-alive connection turns out to be closed before
-        any response byte (llama.cpp's server closes connections after a stream; the next request
-        can race the FIN). Nothing was processed by the server then, so the retry is safe."""
-        url, headers = self.s.url_for(req), self.s.request_headers()
-        try:
-            return await self.session.post(url, json=body, headers=headers)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-            if isinstance(e, aiohttp.ClientConnectorError):
-                raise
-            st.retried = True
-            return await self.session.post(url, json=body, headers=headers)
+        resp, retried = await send_once_more_if_stale(self.session, "POST", self.s.url_for(req), json=body,
+                                                      headers=self.s.request_headers())
+        st.retried = st.retried or retried
+        return resp
 
     async def send(self, req: Request, index: int, scheduled_s: float, at: float | None = None,
                    turn: int | None = None) -> RequestRecord:
@@ -249,6 +242,21 @@ class Runner:
                     t.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def send_once_more_if_stale(session: aiohttp.ClientSession, method: str, url: str,
+                                  **kw: Any) -> tuple[aiohttp.ClientResponse, bool]:
+    """Send; when a pooled keep-alive connection turns out to be closed before any response byte, send
+    once more (aiohttp then takes a fresh connection). Servers close connections under a client:
+    llama.cpp's after a stream, uvicorn's (vLLM, the embedded server) after 5 s idle, and a request can
+    race the FIN or the reset. The server read nothing of it, so the retry is safe; a failure to connect
+    is not retried. Returns the response and whether it took the second try."""
+    try:
+        return await session.request(method, url, **kw), False
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+        if isinstance(e, aiohttp.ClientConnectorError):
+            raise
+        return await session.request(method, url, **kw), True
 
 
 _gc_holds = [0, False]  #: runs in progress that paused the collector; whether it was on before the first

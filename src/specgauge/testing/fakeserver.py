@@ -7,7 +7,8 @@ picks its behaviour from a directive in its prompt (last message for chat), e.g.
 as vLLM 0.32's, not the minimal default); ``srv.override`` (same syntax, settable
 while it runs) overrides every request's directive, to make a running server fail or slow down
 (``fault:hang`` never answers; ``first_ms:N`` delays the first chunk; ``linger_ms:N`` the body's end
-after ``[DONE]``). A well-behaved stream looks like vLLM's
+after ``[DONE]``; ``fault:stale`` drops, unanswered, every request that arrives on a connection which
+already served one, on any path: a keep-alive connection the server closed as the request came). A well-behaved stream looks like vLLM's
 with ``continuous_usage_stats`` and ``--per-request-spec-decode-metrics``: every chunk of n tokens
 is one speculative step of k=``K`` drafted tokens with n-1 accepted, and ``/metrics`` exposes
 ``vllm:spec_decode_*`` counters that add up exactly those per-request numbers.
@@ -80,6 +81,7 @@ class FakeServer(ThreadedServer):
 
     # -- HTTP ---------------------------------------------------------------------------------
     async def _conn(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        served = 0  # requests answered on this connection
         try:
             while True:
                 try:
@@ -90,6 +92,10 @@ class FakeServer(ThreadedServer):
                 method, path, _ = lines[0].split(" ", 2)
                 hdrs = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await r.readexactly(int(hdrs.get("content-length", "0") or 0))
+                if served and parse_directive(self.override).get("fault") == "stale":
+                    w.transport.abort()  # a keep-alive connection closed under a request (uvicorn after 5 s idle)
+                    return
+                served += 1
                 keep = await self._handle(method, path, body, w)
                 if not keep:
                     return
