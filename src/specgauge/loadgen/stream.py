@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -405,5 +406,6 @@ def gap_ends(st: _Stream) -> list[GapEnd] | None:
     times, pieces = st.times, st.pieces
     if len(times) < 2 or len(pieces) != len(times):
         return None
-    idx = heapq.nlargest(GAP_ENDS_KEPT, range(1, len(times)), key=lambda i: times[i] - times[i - 1])
-    return [GapEnd(i, pieces[i][:GAP_TEXT_CHARS]) for i in idx]
+    gaps = list(map(operator.sub, times[1:], times))  # gaps[j] ends at chunk j + 1
+    idx = heapq.nlargest(GAP_ENDS_KEPT, range(len(gaps)), key=gaps.__getitem__)
+    return [GapEnd(j + 1, pieces[j + 1][:GAP_TEXT_CHARS]) for j in idx]
