@@ -1,10 +1,10 @@
 """A label is never wrong: ``simulate --per-request`` rows against the counts of a reference server.
 
-The reference server steps the same drafter as vLLM's proposer steps it, over a target that is a fixed
-continuation per prompt (greedy: it emits that continuation whatever was drafted), cut at ``max_tokens``
-or at the continuation's end. Like vLLM (and the embedded engine) it counts a step's accepted draft
-tokens before it cuts the output, and like vLLM's suffix proposer it learns the whole final step, also
-past the cut. Its log is what simulate reads: token ids, with or without vLLM's per-request counters
+The reference server (``_reference_server``) steps the same drafter as vLLM's proposer steps it, over
+a target that is a fixed continuation per prompt (greedy: it emits that continuation whatever was
+drafted), cut at ``max_tokens`` or at the continuation's end. Like vLLM (and the embedded engine) it
+counts a step's accepted draft tokens before it cuts the output, and like vLLM's suffix proposer it
+learns the whole final step, also past the cut. Its log is what simulate reads: token ids, with or without vLLM's per-request counters
 (``metrics.speculative_decoding``, ``detailed``) on each request.
 
 Over generated logs: a row labelled ``exact`` equals the server's counts; a row whose ``bounds_kind`` is
@@ -22,56 +22,20 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from specgauge.drafters.base import accepted_prefix, make_drafter
 from specgauge.simulate.run import SimulateConfig, simulate
 from specgauge.workload.tokenizer import resolve_tokenizer
+from tests.unit._reference_server import Request, Served, serve, workload
 
 K = 4
 Counts = tuple[int, int, int]  # (drafts, draft tokens, accepted tokens)
 
 
-def _serve(kind: str, requests: list[tuple[list[int], list[int], int]]) -> list[tuple[list[int], Counts, list[tuple[int, int]]]]:
-    """Per request: the logged output (cut at ``max_tokens``), the server's counts, its (drafted, accepted)
-    per drafting step (vLLM's ``per_step_drafted`` / ``per_step_accepted``)."""
-    d = make_drafter(kind, num_speculative_tokens=K)
-    out = []
-    for i, (prompt, cont, max_tokens) in enumerate(requests):
-        rid = f"s{i}"
-        d.begin(rid, prompt)
-        emitted = cont[:1]  # the prefill's token
-        steps: list[tuple[int, int]] = []
-        while len(emitted) < max_tokens:
-            draft = d.propose(rid, prompt + emitted, K)
-            pos = len(emitted)
-            a = accepted_prefix(draft, cont, pos)  # counted before the cut
-            if draft:
-                steps.append((len(draft), a))
-            emitted = cont[: pos + a + 1]  # accepted drafts + the bonus / correction, past the cut too
-        d.end(rid, emitted)  # the whole final step is learned
-        counts = (len(steps), sum(n for n, _ in steps), sum(a for _, a in steps))
-        out.append((emitted[:max_tokens], counts, steps))
-    return out
-
-
-def _requests(seed: int, n: int, cut: float) -> list[tuple[list[int], list[int], int]]:
-    """Prompts that carry a motif, continuations that repeat it with noise; a share ``cut`` of them cut
-    at a random ``max_tokens`` (the rest run to the continuation's end)."""
-    rng = random.Random(seed)
-    motifs = [[rng.randrange(12) for _ in range(rng.randint(3, 7))] for _ in range(4)]
-    reqs = []
-    for _ in range(n):
-        m = rng.choice(motifs)
-        prompt = [rng.randrange(12) for _ in range(5)] + m
-        cont = [t if rng.random() > 0.15 else rng.randrange(12) for t in (m * 12)[:40]]
-        reqs.append((prompt, cont, rng.randint(4, 30) if rng.random() < cut else len(cont)))
-    return reqs
-
-
-def _simulate(tmp: Path, requests: list, served: list, counters: list[bool]) -> list[dict[str, Any]]:
+def _simulate(tmp: Path, requests: list[Request], served: list[Served], counters: list[bool]) -> list[dict[str, Any]]:
     """simulate --per-request over the server's log (at the server's k, so its counts are used)."""
     log, rows = tmp / "log.jsonl", tmp / "rows.jsonl"
     with open(log, "w", encoding="utf-8") as f:
-        for i, ((prompt, _, mt), (out, _, steps), counted) in enumerate(zip(requests, served, counters, strict=True)):
+        for i, ((prompt, _, mt), s, counted) in enumerate(zip(requests, served, counters, strict=True)):
+            out, steps = s.output, s.steps
             resp: dict[str, Any] = {"choices": [{"index": 0, "text": "", "token_ids": out, "finish_reason": "length"}],
                                     "prompt_token_ids": prompt}
             if counted and steps:
@@ -109,32 +73,31 @@ def _check(rows: list[dict[str, Any]], live: dict[str, list[Counts]]) -> dict[st
     return seen
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 10_000), cut=st.sampled_from([0.0, 0.5, 1.0]),
-       counters=st.sampled_from(["none", "all", "some"]))
-@example(seed=21, cut=1.0, counters="none")  # without counters: rows where the two extremes coincide, yet not the server's
-@example(seed=161, cut=1.0, counters="all")  # an uncertain request's final step (so the tail it taught the cache) could differ
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), cut=st.booleans(), counters=st.sampled_from(["none", "all", "some"]))
+@example(seed=21, cut=True, counters="none")  # without counters: rows where the two extremes coincide, yet not the server's
+@example(seed=161, cut=True, counters="all")  # an uncertain request's final step (so the tail it taught the cache) could differ
 def test_exact_rows_equal_the_reference_server_and_guaranteed_bounds_contain_it(
-        tmp_path: Path, seed: int, cut: float, counters: str) -> None:
-    reqs = _requests(seed, 12, cut)
-    served = {kind: _serve(kind, reqs) for kind in ("ngram", "suffix")}
+        tmp_path: Path, seed: int, cut: bool, counters: str) -> None:
+    reqs = workload(seed, 12, cut)
+    served = {kind: serve(reqs, K, kind) for kind in ("ngram", "suffix")}
     rng = random.Random(seed + 1)
     counted = [counters == "all" or (counters == "some" and rng.random() < 0.5) for _ in reqs]
     rows = _simulate(tmp_path, reqs, served["suffix"], counted)  # the log of the suffix server (the same outputs)
     assert len(rows) == 2 * len(reqs)
-    _check(rows, {kind: [c for _, c, _ in s] for kind, s in served.items()})
+    _check(rows, {kind: [x.counts for x in s] for kind, s in served.items()})
 
 
 def test_the_labels_discriminate(tmp_path: Path) -> None:
     """Exact rows, guaranteed bounds and the extremes all occur (a label that is on everywhere says
     nothing): cut logs without counters have all three, for suffix; ngram rows are exact unless their
     final step's draft ran past the cut."""
-    reqs = _requests(21, 12, 1.0)
-    served = {kind: _serve(kind, reqs) for kind in ("ngram", "suffix")}
+    reqs = workload(21, 12, cut=True)
+    served = {kind: serve(reqs, K, kind) for kind in ("ngram", "suffix")}
     rows = _simulate(tmp_path, reqs, served["suffix"], [False] * len(reqs))
     for method in ("ngram", "suffix"):
         mine = [r for r in rows if r["method"] == method]
-        seen = _check(mine, {method: [c for _, c, _ in served[method]]})
+        seen = _check(mine, {method: [x.counts for x in served[method]]})
         assert seen["exact"] > 0 and seen["guaranteed"] > 0, (method, seen)
         if method == "suffix":
             assert seen["extremes"] > 0
@@ -147,10 +110,10 @@ def test_without_counters_the_extremes_can_miss_the_server(tmp_path: Path) -> No
     the label these rows said ``"exact": true``."""
     missed = 0
     for seed in range(20, 28):
-        reqs = _requests(seed, 14, 1.0)
-        served = _serve("suffix", reqs)
+        reqs = workload(seed, 14, cut=True)
+        served = serve(reqs, K)
         rows = [r for r in _simulate(tmp_path, reqs, served, [False] * len(reqs)) if r["method"] == "suffix"]
-        for row, (_, live, _) in zip(rows, served, strict=True):
+        for row, live in zip(rows, (x.counts for x in served), strict=True):
             b = row["bounds"]
             coincide = all(lo == hi for lo, hi in b.values())
             missed += coincide and (row["drafts"], row["draft_tokens"], row["accepted_tokens"]) != live

@@ -2,15 +2,13 @@
 what vLLM learns: every token of the final step, also those past ``max_tokens`` (the draft tokens it
 accepted there and the bonus token after them), none of which the log holds.
 
-The server here is the drafter itself stepped as vLLM's proposer steps it, over a target that is a
-fixed continuation per prompt (greedy: it emits that continuation whatever was drafted), cut at
-``max_tokens``. Its per-request counts (acceptance counted before the cut, as vLLM counts it) must lie
+The server here is the drafter itself stepped as vLLM's proposer steps it (``_reference_server``),
+over a target that is a fixed continuation per prompt (greedy: it emits that continuation whatever was
+drafted), cut at ``max_tokens``. Its per-request counts (acceptance counted before the cut, as vLLM counts it) must lie
 inside the replay's bounds on every request; ``exact`` rows must equal them; the bounds must be exact
 on a log without cuts."""
 
 from __future__ import annotations
-
-import random
 
 import numpy as np
 from hypothesis import example, given, settings
@@ -19,53 +17,21 @@ from hypothesis import strategies as st
 from specgauge.drafters.base import ServerReport
 from specgauge.drafters.suffix import SuffixDrafter
 from specgauge.simulate.replay import RequestAcceptance
+from tests.unit._reference_server import Request, serve, workload
 
 K = 4
 
 
-def _server(requests: list[tuple[list[int], list[int], int]], steps: list | None = None
-            ) -> list[tuple[list[int], tuple[int, int, int], int | None]]:
+def _server(requests: list[Request], steps: list | None = None) -> list[tuple[list[int], tuple[int, int, int], int | None]]:
     """(logged output, (drafts, draft tokens, accepted), final-step accepted) per request; ``steps``: gets
     each request's (drafted, accepted) per drafting step (vLLM's ``per_step_drafted`` / ``_accepted``)."""
-    d = SuffixDrafter(num_speculative_tokens=K, backend="python")
-    out = []
-    for i, (prompt, cont, max_tokens) in enumerate(requests):
-        rid = f"s{i}"
-        d.begin(rid, prompt)
-        emitted = cont[:1]  # the prefill's token
-        drafts = dt = acc = 0
-        fin = None
-        mine: list[tuple[int, int]] = []
-        while len(emitted) < max_tokens:
-            draft = d.propose(rid, prompt + emitted, K)
-            pos = len(emitted)
-            a = 0
-            while a < len(draft) and pos + a < len(cont) and draft[a] == cont[pos + a]:
-                a += 1
-            if draft:
-                drafts, dt, acc, fin = drafts + 1, dt + len(draft), acc + a, a
-                mine.append((len(draft), a))
-            else:
-                fin = None
-            emitted = cont[: pos + a + 1]  # accepted drafts + the bonus / correction, past the cut too
-        d.end(rid, emitted)  # vLLM learns the whole final step
-        out.append((emitted[:max_tokens], (drafts, dt, acc), fin))
-        if steps is not None:
-            steps.append(mine)
-    return out
+    served = serve(requests, K, backend="python")
+    if steps is not None:
+        steps.extend(s.steps for s in served)
+    return [(s.output, s.counts, s.final) for s in served]
 
 
-def _workload(seed: int, n: int, cut: bool) -> list[tuple[list[int], list[int], int]]:
-    rng = random.Random(seed)
-    motifs = [[rng.randrange(12) for _ in range(rng.randint(3, 7))] for _ in range(4)]
-    reqs = []
-    for _ in range(n):
-        m = rng.choice(motifs)
-        prompt = [rng.randrange(12) for _ in range(5)] + m
-        cont = (m * 12)[: 40]
-        cont = [t if rng.random() > 0.15 else rng.randrange(12) for t in cont]
-        reqs.append((prompt, cont, rng.randint(4, 24) if cut else len(cont)))
-    return reqs
+_workload = workload
 
 
 def _inside(row: RequestAcceptance, live: tuple[int, int, int]) -> bool:
