@@ -49,10 +49,10 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from specgauge.drafters._dflash_head import DFlashHead, dflash_config, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import trace_from_runs  # noqa: E402
-from specgauge.nn.transformer import ModelArgs  # noqa: E402
-from specgauge.nn.weights import load_model  # noqa: E402
+from specgauge.drafters.heads.dflash import DFlashHead  # noqa: E402
+from specgauge.drafters.heads.make import dflash_config, new_head, save_head  # noqa: E402
+from specgauge.targets.lean import LeanTarget  # noqa: E402
 
 KS = (1, 2, 3, 4, 5, 6, 7, 8)
 MASK_TOKEN = "<pad>"
@@ -127,9 +127,7 @@ def features(target: Any, pairs: list[tuple[list[int], list[int]]], layers: tupl
     for p, o in pairs:
         seq = torch.tensor(p + o)
         T = len(seq) - 1
-        with torch.inference_mode():
-            _, hid = target.forward_flat_hidden(seq[:-1], [0], [0], [T], target.new_cache(1, T), layers,
-                                                logits_at=torch.tensor([T - 1]))
+        hid = target.run(seq[:-1].tolist(), layers).flat()
         out.append((seq, hid.clone().to(torch.bfloat16), torch.tensor(len(p))))
     return out
 
@@ -223,22 +221,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if 0 in seeds:
         raise SystemExit("--pair-seeds must not contain the held-out seed 0")
     mask_id = AutoTokenizer.from_pretrained(str(args.target)).convert_tokens_to_ids(MASK_TOKEN)
-    targs = ModelArgs.from_dir(args.target)
-    target = load_model(args.target)
+    target = LeanTarget.open(args.target)
     pairs = self_distilled(args.target, seeds, args.per_cell, args.max_tokens)
     print(f"[data] {len(pairs)} greedy outputs, {sum(len(o) for _, o in pairs):,} tokens ({time.time() - t0:.0f} s)", flush=True)
-    c = dflash_config(targs, num_layers=args.layers, intermediate_size=args.intermediate,
+    c = dflash_config(target, num_layers=args.layers, intermediate_size=args.intermediate,
                       target_layer_ids=[int(i) for i in args.target_layers.split(",")], mask_token_id=mask_id,
                       block_size=args.max_block)
-    data = features(target, pairs, c.aux_layer_ids)
     head = new_head(c, target, seed=args.seed)
+    data = features(target, pairs, head.spec.aux_layer_ids)
     curve = train(head, data, args)
-    out = save_head(head.eval(), args.out / "tiny-dflash", target_model="tiny-target", num_target_layers=targs.num_layers,
+    out = save_head(head.eval(), args.out / "tiny-dflash", target.num_layers, target_model="tiny-target",
+                    num_target_layers=target.num_layers,
                     _name_or_path="specgauge/tiny-dflash")
     figs: dict[str, Any] = {
         "command": "python scripts/train_tiny_dflash.py " + " ".join(argv or sys.argv[1:]), "seed": args.seed,
         "pair_seeds": args.pair_seeds, "per_cell": args.per_cell, "train_sequences": len(pairs), "steps": args.steps,
-        "layers": args.layers, "target_layer_ids": list(c.target_layer_ids), "mask_token_id": mask_id,
+        "layers": args.layers, "target_layer_ids": list(head.target_layer_ids), "mask_token_id": mask_id,
         "max_block": args.max_block, "gamma": args.gamma, "params": sum(p.numel() for p in head.parameters()),
         "bytes": (out / "model.safetensors").stat().st_size, "curve": curve,
         "eval": evaluate(out, args.target, held_out(args.eval_requests, args.eval_max_tokens)),

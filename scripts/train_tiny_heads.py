@@ -45,10 +45,11 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from specgauge.drafters._heads import Head, head_config, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import trace_from_matches, trace_from_runs  # noqa: E402
-from specgauge.nn.transformer import ModelArgs  # noqa: E402
-from specgauge.nn.weights import load_model  # noqa: E402
+from specgauge.drafters.heads.chain import levels  # noqa: E402
+from specgauge.drafters.heads.loader import HeadModule  # noqa: E402
+from specgauge.drafters.heads.make import eagle3_config, mtp_config, new_head, save_head  # noqa: E402
+from specgauge.targets.lean import LeanTarget  # noqa: E402
 
 AUX_LAYERS = (1, 2, 4)
 KS = (1, 2, 3, 4, 5)
@@ -118,7 +119,8 @@ def windows(target: Any, seqs: list[list[int]], layers: tuple[Any, ...], window:
         if T < 3:
             continue
         with torch.inference_mode():
-            logits, hid = target.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [T], target.new_cache(1, T), layers)
+            m = target.model  # the lean model: logits and hidden states from one pass
+            logits, hid = m.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [T], m.new_cache(1, T), layers)
         lab = logits.argmax(-1)  # [T]: target's prediction of t[p+1]; the head at p predicts t[p+2]
         s = max(0, T - 1 - window)
         e = T - 1
@@ -126,7 +128,7 @@ def windows(target: Any, seqs: list[list[int]], layers: tuple[Any, ...], window:
     return out
 
 
-def train(head: Head, data: list[tuple[torch.Tensor, ...]], args: argparse.Namespace, to_draft: torch.Tensor | None) -> list[list[float]]:
+def train(head: HeadModule, data: list[tuple[torch.Tensor, ...]], args: argparse.Namespace, to_draft: torch.Tensor | None) -> list[list[float]]:
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = random.Random(args.seed)
@@ -139,8 +141,7 @@ def train(head: Head, data: list[tuple[torch.Tensor, ...]], args: argparse.Names
         for _ in range(args.batch_size):
             tokens, hid, lab = data[gen.randrange(len(data))]
             y = lab if to_draft is None else to_draft[lab]  # -100: outside the draft vocabulary
-            levels = head.levels(tokens, hid.float(), args.ttt_levels)
-            for s, lg in enumerate(levels):
+            for s, lg in enumerate(levels(head, tokens, hid.float(), args.ttt_levels)):
                 if s >= len(y) - 1:
                     break
                 loss_sum = loss_sum + 0.8**s * F.cross_entropy(lg[s:], y[s:], ignore_index=-100)
@@ -151,7 +152,7 @@ def train(head: Head, data: list[tuple[torch.Tensor, ...]], args: argparse.Names
         opt.step()
         if step % 10 == 0 or step == args.steps:
             curve.append([step, round(loss.item(), 4)])
-            print(f"[{head.c.kind}] step {step}/{args.steps} loss {loss.item():.4f}", flush=True)
+            print(f"[{head.method}] step {step}/{args.steps} loss {loss.item():.4f}", flush=True)
     return curve
 
 
@@ -200,8 +201,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     t0 = time.time()
     tok = AutoTokenizer.from_pretrained(str(args.target))
-    targs = ModelArgs.from_dir(args.target)
-    target = load_model(args.target)
+    target = LeanTarget.open(args.target)
+    targs = target.config
     seeds = [int(s) for s in args.pair_seeds.split(",")]
     if 0 in seeds:
         raise SystemExit("--pair-seeds must not contain the held-out seed 0")
@@ -220,19 +221,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     H = targs.hidden_size
     cols = {"eagle3": slice(0, len(AUX_LAYERS) * H), "mtp": slice(len(AUX_LAYERS) * H, (len(AUX_LAYERS) + 1) * H)}
     for kind in ("eagle3", "mtp"):
-        c = head_config(kind, targs, draft_vocab_size=args.draft_vocab, aux_layer_ids=AUX_LAYERS,
-                        intermediate_size=args.intermediate)  # type: ignore[arg-type]
-        head = new_head(c, target, d2t_ids if kind == "eagle3" else None, seed=args.seed)
+        c = (eagle3_config(target, draft_vocab_size=args.draft_vocab, aux_layer_ids=AUX_LAYERS,
+                           intermediate_size=args.intermediate) if kind == "eagle3" else
+             mtp_config(target, intermediate_size=args.intermediate))
+        head = new_head(c, target, seed=args.seed, draft_to_target=d2t_ids if kind == "eagle3" else None)
         data = [(t, h[:, cols[kind]], y) for t, h, y in shared]
         curve = train(head, data, args, to_draft if kind == "eagle3" else None)
-        out = save_head(head.eval(), targs, args.out / f"tiny-{kind}", target_model="tiny-target",
+        out = save_head(head.eval(), args.out / f"tiny-{kind}", target.num_layers, target_model="tiny-target",
                         _name_or_path=f"specgauge/tiny-{kind}")
         own = sum(p.numel() for p in head.parameters() if p.requires_grad)
         figs = {"command": "python scripts/train_tiny_heads.py " + " ".join(argv or sys.argv[1:]), "seed": args.seed,
                 "pair_seeds": args.pair_seeds, "per_cell": args.per_cell, "train_sequences": len(seqs),
                 "steps": args.steps, "ttt_levels": args.ttt_levels, "params": own,
                 "bytes": (out / "model.safetensors").stat().st_size, "curve": curve,
-                "aux_layer_ids": list(c.aux_layer_ids), "draft_vocab_size": c.draft_vocab_size,
+                "aux_layer_ids": list(head.spec.aux_layer_ids), "draft_vocab_size": head.spec.draft_vocab_size,
                 "eval": evaluate(kind, out, args.target, evals)}
         (out / "training_figures.json").write_text(json.dumps(figs, indent=2) + "\n")
         write_readme(out, kind, figs)

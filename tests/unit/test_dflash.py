@@ -5,7 +5,6 @@ target (seconds); the shipped trained head is ``test_dflash_shipped.py``."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -13,14 +12,16 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 
 from safetensors.torch import load_file  # noqa: E402
 
 from specgauge import models  # noqa: E402
-from specgauge.drafters._dflash_head import DFlashLoadError, dflash_config, load_head, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import is_stateful, make_drafter, offers_whole_output, trace_from_runs  # noqa: E402
-from specgauge.nn.transformer import ModelArgs  # noqa: E402
-from specgauge.nn.weights import load_model  # noqa: E402
+from specgauge.drafters.heads.config import HeadLoadError  # noqa: E402
+from specgauge.drafters.heads.loader import load_head  # noqa: E402
+from specgauge.drafters.heads.make import dflash_config, new_head, save_head  # noqa: E402
+from specgauge.targets.lean import LeanTarget  # noqa: E402
 from specgauge.offline.replay import MethodReplay, MethodSpec, ReplayError  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not models.available(), reason="shipped tiny target missing")
@@ -28,21 +29,20 @@ pytestmark = pytest.mark.skipif(not models.available(), reason="shipped tiny tar
 
 @pytest.fixture(scope="module")
 def target():  # type: ignore[no-untyped-def]
-    return load_model(models.target_dir())
+    return LeanTarget.open(models.target_dir())
 
 
 @pytest.fixture(scope="module")
 def head_dir(tmp_path_factory: pytest.TempPathFactory, target) -> Path:  # type: ignore[no-untyped-def]
     """A random 2-layer head (non-trivial norms), saved in float32 so the loaded head is the same head."""
-    c = dflash_config(ModelArgs.from_dir(models.target_dir()), num_layers=2, intermediate_size=128,
-                      target_layer_ids=[0, 1, 2], mask_token_id=3)
+    c = dflash_config(target, num_layers=2, intermediate_size=128, target_layer_ids=[0, 1, 2], mask_token_id=3)
     head = new_head(c, target, seed=5)
     g = torch.Generator().manual_seed(6)
     with torch.no_grad():
         for name, p in head.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-    return save_head(head, tmp_path_factory.mktemp("dflash") / "head", dtype=torch.float32,
+    return save_head(head, tmp_path_factory.mktemp("dflash") / "head", target.num_layers, dtype=torch.float32,
                      target_model=str(models.target_dir()), num_target_layers=4)
 
 
@@ -59,8 +59,7 @@ def test_the_engine_proposer_drafts_what_the_replay_drafts_at_every_step_start(h
     for i, (p, o) in enumerate(_sample()):
         want = d.block_drafts(p, o, k)
         seq = p + o
-        _, hid = target.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [len(seq) - 1],
-                                            target.new_cache(1, len(seq) - 1), d.hidden_layers)
+        hid = target.run(seq[:-1], d.hidden_layers).flat()
         rid = f"r{i}"
         d.begin(rid, p)
         d.observe_hidden(rid, hid[: len(p)])  # the prefill: every prompt position
@@ -89,12 +88,11 @@ def test_the_block_depends_on_k_so_each_k_is_its_own_replay(head_dir: Path, targ
         anchors = torch.tensor(seq)[a]
         short, long = head.block(anchors, a, 2, ctx, mask), head.block(anchors, a, 6, ctx, mask)
         assert (short - long[:, :2]).abs().max().item() > 1e-3
-        plain = head.c
-        head.c = dataclasses.replace(plain, causal=True)
+        head.causal = True
         try:
             cs, cl = head.block(anchors, a, 2, ctx, mask), head.block(anchors, a, 6, ctx, mask)
         finally:
-            head.c = plain
+            head.causal = False
         assert torch.allclose(cs, cl[:, :2], atol=1e-5)
     mr = MethodReplay(MethodSpec.parse(f"dflash:{head_dir}"), [2, 6], target=str(models.target_dir()))
     tr = mr.traces("r", "test", p, o)
@@ -129,7 +127,7 @@ def test_the_checkpoint_is_vllms_dflash_format_and_round_trips(head_dir: Path, t
     assert not any("embed" in n or "lm_head" in n for n in sd)  # shared with the target, as vLLM shares them
     assert sd["fc.weight"].shape == (256, 3 * 256)
     h = load_head(head_dir, target)
-    assert h.c.aux_layer_ids == (1, 2, 3)  # vLLM reads DFlash layer i's output as auxiliary layer i + 1
+    assert h.spec.aux_layer_ids == (1, 2, 3)  # vLLM reads DFlash layer i's output as auxiliary layer i + 1
     # a checkpoint whose names carry vLLM's "model." prefix loads to the same head
     from safetensors.torch import save_file
 
@@ -165,14 +163,14 @@ def _broken(head_dir: Path, tmp_path: Path, **changes: object) -> Path:
 ])
 def test_a_broken_head_fails_with_the_reason(head_dir: Path, tmp_path: Path, target, changes: dict, needle: str) -> None:  # type: ignore[no-untyped-def]
     bad = _broken(head_dir, tmp_path, **changes)
-    with pytest.raises(DFlashLoadError, match=needle) as e:
+    with pytest.raises(HeadLoadError, match=needle) as e:
         load_head(bad, target)
     assert str(bad) in str(e.value) and "\n" not in str(e.value)
 
 
 def test_simulate_names_the_method_when_the_head_is_unusable(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    with pytest.raises(ReplayError, match=r"--method dflash:.*not 'DFlashDraftModel'"):
+    with pytest.raises(ReplayError, match=r"--method dflash:.*'LlamaForCausalLM'.* is no head this tool reads"):
         MethodReplay(MethodSpec.parse(f"dflash:{tmp_path}"), [2], target=str(models.target_dir()))
     with pytest.raises(ReplayError, match="no such directory"):
         MethodSpec.parse("dflash:/no/such/head")

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
 
-from specgauge.drafters._heads import HeadLoadError, head_config, load_head, new_head, save_head  # noqa: E402
 from specgauge.drafters.base import make_drafter, trace_from_runs  # noqa: E402
+from specgauge.drafters.heads import chain  # noqa: E402
+from specgauge.drafters.heads.config import HeadLoadError  # noqa: E402
+from specgauge.drafters.heads.loader import load_head  # noqa: E402
+from specgauge.drafters.heads.make import eagle3_config, mtp_config, new_head, save_head  # noqa: E402
+from specgauge.targets.lean import LeanTarget  # noqa: E402
 from specgauge.testing.engine import make_tiny_model  # noqa: E402
-from specgauge.nn.transformer import ModelArgs  # noqa: E402
-from specgauge.nn.weights import load_model  # noqa: E402
 
 V = 96
 
@@ -27,36 +30,44 @@ def target_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module", params=["eagle3", "mtp"])
 def head_dir(request: pytest.FixtureRequest, target_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    args = ModelArgs.from_dir(target_dir)
-    target = load_model(target_dir)
+    target = LeanTarget.open(target_dir)
     if request.param == "eagle3":  # a draft vocabulary of 80 of the 96 ids: d2t is exercised
         ids = torch.tensor(sorted(np.random.default_rng(1).choice(V, 80, replace=False).tolist()))
-        c = head_config("eagle3", args, draft_vocab_size=80, aux_layer_ids=(1, 2, 4))
-        head = new_head(c, target, ids, seed=2)
+        head = new_head(eagle3_config(target, draft_vocab_size=80, aux_layer_ids=(1, 2, 4)), target, seed=2,
+                        draft_to_target=ids)
     else:
-        head = new_head(head_config("mtp", args), target, seed=2)
+        head = new_head(mtp_config(target), target, seed=2)
     for p in head.parameters():  # larger weights than the init: drafts that depend on their inputs
         if p.requires_grad:
             p.data.mul_(8.0 if p.dim() > 1 else 1.0)
-    return save_head(head, args, tmp_path_factory.mktemp(request.param), dtype=torch.float32)
+    return save_head(head, tmp_path_factory.mktemp(request.param), target.num_layers, dtype=torch.float32)
 
 
-def _reference_drafts(drafter, hist: list[int], k: int) -> list[int]:
+def _reference_drafts(drafter, hist: list[int], k: int) -> list[int]:  # type: ignore[no-untyped-def]
     """vLLM's proposer recomputed from scratch for one history: the target's hidden states at every
-    position, the head's first pass over all of them, then k-1 chain steps (an independent loop)."""
-    h, tgt = drafter.head, drafter.target
+    position, the head's first pass over all of them, then k-1 chain steps, every key kept in plain
+    lists (an independent loop: no cache, no level batching)."""
+    h = drafter.head
     T = len(hist) - 1
     with torch.inference_mode():
-        _, hid = tgt.forward_flat_hidden(torch.tensor(hist[:-1]), [0], [0], [T], tgt.new_cache(1, T), drafter.hidden_layers)
+        hid = drafter.target_hidden(hist)
         pos = torch.arange(T)
-        q, kk, vv, res = h.qkv(torch.tensor(hist[1:]), pos, h.combine(hid))
-        logits, hh = h.finish(h.attend(q, [(kk, vv, pos[None, :] <= pos[:, None])]), res)
+        first: list[tuple] = []
+
+        def level0(i, kk, vv):  # type: ignore[no-untyped-def]
+            first.append((kk, vv))
+            return [(kk, vv, pos[None, :] <= pos[:, None])]
+
+        logits, hh = chain.forward(h, torch.tensor(hist[1:]), pos, h.combine(hid), level0)
         tok, hh = h.to_target(logits[-1:].argmax(-1)), hh[-1:]
-        out, keys = [int(tok)], [(kk, vv, torch.ones(1, T, dtype=torch.bool))]
+        out = [int(tok)]
+        mine: list[list[tuple]] = [[] for _ in first]
         for s in range(1, k):
-            q, k1, v1, res = h.qkv(tok, torch.tensor([T - 1 + s]), hh)
-            keys.append((k1, v1, None))
-            logits, hh = h.finish(h.attend(q, keys), res)
+            def step(i, kk, vv):  # type: ignore[no-untyped-def]
+                mine[i].append((kk, vv, None))
+                return [(first[i][0], first[i][1], torch.ones(1, T, dtype=torch.bool)), *mine[i]]
+
+            logits, hh = chain.forward(h, tok, torch.tensor([T - 1 + s]), hh, step)
             tok = h.to_target(logits.argmax(-1))
             out.append(int(tok))
     return out
@@ -72,12 +83,9 @@ def test_engine_proposer_and_replay_agree_on_a_built_output(head_dir: Path, targ
     # steps as the engine takes them: feed the target's hidden rows of the verified positions, propose,
     # accept a chosen number a of the drafts, then emit a token that differs from draft a+1
     d.begin("r", prompt)
-    tgt = d.target
 
-    def rows(seq: list[int], start: int, stop: int):
-        with torch.inference_mode():
-            _, hid = tgt.forward_flat_hidden(torch.tensor(seq[:stop]), [0], [0], [stop], tgt.new_cache(1, stop), d.hidden_layers)
-        return hid[start:stop]
+    def rows(seq: list[int], start: int, stop: int):  # type: ignore[no-untyped-def]
+        return d.target.run(seq[:stop], d.hidden_layers).flat()[start:stop]
 
     hist = prompt + out
     d.observe_hidden("r", rows(hist, 0, len(prompt)))
@@ -107,7 +115,7 @@ def test_engine_proposer_and_replay_agree_on_a_built_output(head_dir: Path, targ
 def test_bad_heads_are_clear_errors(head_dir: Path, target_dir: Path, tmp_path: Path) -> None:
     other = make_tiny_model(tmp_path / "other", vocab_size=V + 4, hidden=32, layers=4, seed=1)
     with pytest.raises(HeadLoadError, match="vocab_size"):
-        load_head(head_dir, load_model(other))
+        load_head(head_dir, LeanTarget.open(other))
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no config.json"):
         make_drafter("eagle3", model=str(tmp_path / "empty"), target=str(target_dir))
@@ -160,14 +168,14 @@ def test_the_target_is_found_or_the_error_names_where_to_give_it(head_dir: Path,
     assert resolve_target(mine, None, default_target=target_dir) == (target_dir, "the --tokenizer directory (a model directory)")
     cfg = json.loads((mine / "config.json").read_text())
     (mine / "config.json").write_text(json.dumps({**cfg, "target_model": "meta-llama/Llama-3.1-8B-Instruct"}))
-    with pytest.raises(ValueError, match="'meta-llama/Llama-3.1-8B-Instruct', which is no directory here"):
+    with pytest.raises(ValueError, match="'meta-llama/Llama-3.1-8B-Instruct', which is no directory here nor in the local"):
         resolve_target(mine, None)
     shutil.copytree(target_dir, tmp_path / "heads" / "my-target")
     (mine / "config.json").write_text(json.dumps({**cfg, "speculators_config": {"verifier": {"name_or_path": "my-target"}}}))
     assert resolve_target(mine, None, default_target=tmp_path)[0] == (tmp_path / "heads" / "my-target").resolve()
-    assert make_drafter(kind, model=str(mine)).target.args.vocab_size == V  # the verifier named by the config
+    assert make_drafter(kind, model=str(mine)).target.vocab_size == V  # the verifier named by the config
     other = make_tiny_model(tmp_path / "other", vocab_size=V + 4, hidden=32, layers=4, seed=1)
     with pytest.raises(ValueError, match=f"vocab_size {V} but the target has {V + 4} \\(target {re.escape(str(other))}: given"):
         make_drafter(kind, model=str(mine), target=str(other))
-    with pytest.raises(ValueError, match=f"no config.json .*\\(target {re.escape(str(tmp_path / 'nowhere'))}: given"):
+    with pytest.raises(ValueError, match=f"no such directory \\(target {re.escape(str(tmp_path / 'nowhere'))}: given"):
         make_drafter(kind, model=str(mine), target=str(tmp_path / "nowhere"))

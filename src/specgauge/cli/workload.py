@@ -62,7 +62,9 @@ def simulate(
     method: Annotated[str | None, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH, KIND:DIR (eagle3:DIR, mtp:DIR, dflash:DIR; plugins by kind). eagle3 and mtp also show the teacher-forced figure training tools print, beside the replayed one. Default: ngram,suffix; with --speculative-config, its method.")] = None,
     k: Annotated[str | None, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4. Default: 1-8; with --speculative-config, its num_speculative_tokens.")] = None,
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
-    target_model: Annotated[Path | None, typer.Option("--target-model", help="eagle3:DIR / mtp:DIR: the target model's directory (the head reads its hidden states). Default: the one the head's config.json names, else --tokenizer when it is a model directory.")] = None,
+    target_model: Annotated[Path | None, typer.Option("--target-model", help="eagle3:DIR / mtp:DIR / dflash:DIR: the target model (a directory, or a Hub id already in the local Hugging Face cache; any architecture transformers loads) whose hidden states the head reads. Default: the one the head's config.json names, else --tokenizer when it is a model directory.")] = None,
+    device: Annotated[str, typer.Option("--device", help="Hidden-state heads: where the target and head run: cpu, cuda (ROCm too) or auto.")] = "cpu",
+    dtype: Annotated[str, typer.Option("--dtype", help="Hidden-state heads: auto (float32 on the CPU, bfloat16 on a GPU), float32, bfloat16 or float16.")] = "auto",
     draft_sampling: Annotated[str, typer.Option("--draft-sampling", help="greedy (vLLM's way: exact replay) or probabilistic (needs target logprobs in the log; lower bound).")] = "greedy",
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
     cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="Your server's fitted step-cost law (cost_profile.json from specgauge calibrate): calibrated predictions with a band. Without it the speedup comes from an uncalibrated guessed cost model.")] = None,
@@ -99,6 +101,7 @@ def simulate(
         load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
         **given, speculative_config=spec, tokenizer=tokenizer, batch_sizes=_batches(batch), cost_profile=cost_profile,
         per_request_out=per_request, draft_sampling=draft_sampling, partition_by=partition_by, target_model=target_model,
+        device=device, dtype=dtype,
     )
     if split_streams > 1 and not ray:
         raise ConfigError("--split-streams: only with --ray (without it every stream is replayed exactly, in one pass)")

@@ -1,11 +1,13 @@
 """What every drafter that reads the target's hidden states shares (EAGLE-3 / MTP in ``eagle.py``,
-DFlash in ``dflash.py``): finding and opening the target a head belongs to, the engine's feed of
-verified hidden states per request, and the checks on a logged sequence before a replay."""
+DFlash in ``dflash.py``): finding the target a head belongs to and opening it as a
+:class:`~specgauge.targets.base.Target` (the engine's own model, or transformers), loading the head
+(``heads.loader``), the engine's feed of verified hidden states per request, and the checks on a logged
+sequence before a replay."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,14 +21,15 @@ def _named_target(cfg: dict[str, Any]) -> str | None:
     return str(hint) if hint else None
 
 
-def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[Path, str]:
-    """The target model directory a head belongs to, and where that came from (for errors): ``target``
-    if given; else what the head's config names (``target_model``, relative to the head's parent
-    directory as the shipped heads carry it, or absolute; or a ``speculators`` verifier) when that is
-    a directory here; else ``default_target`` (simulate: the ``--tokenizer`` directory when it holds a
-    model). Nothing is downloaded: a Hub id that is no directory here is an error that says so."""
+def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[str | Path, str]:
+    """The target a head belongs to, and where that came from (for errors): ``target`` if given; else
+    what the head's config names (``target_model``, relative to the head's parent directory as the
+    shipped heads carry it, or absolute; or a ``speculators`` verifier) when that is a directory here or
+    a Hub id in the local Hugging Face cache; else ``default_target`` (simulate: the ``--tokenizer``
+    directory when it holds a model). Nothing is downloaded: a name found nowhere here is an error that
+    says so."""
     if target is not None:
-        return Path(target), "given (simulate: --target-model)"
+        return target, "given (simulate: --target-model)"
     cfg_path = head_dir / "config.json"
     cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
     hint = _named_target(cfg)
@@ -34,12 +37,24 @@ def resolve_target(head_dir: Path, target: str | Path | None, default_target: st
         cand = Path(hint) if Path(hint).is_absolute() else head_dir.parent / hint
         if cand.is_dir():
             return cand.resolve(), f"named by the head's config.json ({hint!r})"
+        if _in_hub_cache(hint):
+            return hint, f"named by the head's config.json ({hint!r}, in the local Hugging Face cache)"
     if default_target is not None:
         return Path(default_target), "the --tokenizer directory (a model directory)"
-    named = (f"its config.json names target {hint!r}, which is no directory here (nothing is downloaded)" if hint
-             else "its config.json names no target ('target_model')")
+    named = (f"its config.json names target {hint!r}, which is no directory here nor in the local Hugging Face "
+             "cache (nothing is downloaded)" if hint else "its config.json names no target ('target_model')")
     raise ValueError(f"{head_dir}: a hidden-state head needs its target model and {named}: pass the target's "
                      "directory (simulate: --target-model DIR; target=DIR in the API)")
+
+
+def _in_hub_cache(name: str) -> bool:
+    if name.count("/") != 1 or name.startswith((".", "/")):
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
 
 
 def head_dir(kind: str, model: str | Path | None) -> Path:
@@ -52,26 +67,21 @@ def head_dir(kind: str, model: str | Path | None) -> Path:
     return path
 
 
-def open_target(
-    kind: str,
-    model_dir: Path,
-    target: str | Path | None,
-    target_model: Any,
-    default_target: str | Path | None,
-    load: Callable[[Path, Any], Any],
-    dtype: Any,
-) -> tuple[Any, str]:
-    """(the target model, where it came from for errors): ``target_model`` when the engine hands its
-    own, else the directory :func:`resolve_target` finds, opened by ``load(path, dtype)``."""
-    from specgauge.nn.transformer import ModelLoadError
+def open_target(kind: str, model_dir: Path, target: str | Path | None, target_model: Any,
+                default_target: str | Path | None, device: str, dtype: Any) -> tuple[Any, str]:
+    """(the :class:`~specgauge.targets.base.Target`, where it came from for errors): the engine's own
+    model when it hands one (``target_model``), else what :func:`resolve_target` finds, opened by
+    ``targets.open.open_target`` (transformers, on ``device`` in ``dtype``)."""
+    from specgauge.targets.base import TargetError
+    from specgauge.targets.open import open_target as open_any
 
     if target_model is not None:
-        return target_model, "the engine's target"
-    path, origin = resolve_target(model_dir, target, default_target)
-    where = f"target {path}: {origin}"
+        return open_any(target_model), "the engine's target"
+    spec, origin = resolve_target(model_dir, target, default_target)
+    where = f"target {spec}: {origin}"
     try:
-        return load(path, dtype), where
-    except ModelLoadError as e:
+        return open_any(spec, device=device, dtype=dtype), where
+    except TargetError as e:
         raise ValueError(f"{kind} head {model_dir}: {e} ({where})") from None
 
 
@@ -102,32 +112,43 @@ class HiddenFeed:
         target_model: Any = None,
         default_target: str | Path | None = None,
         dtype: Any = "float32",
+        device: str = "cpu",
         max_model_len: int = 2048,
         num_speculative_tokens: int = 8,
         **_: Any,
     ) -> None:
-        """Open the head at ``model`` and its target (the engine's ``target_model``, else the directory
-        :func:`resolve_target` finds, opened by :meth:`_open_target`); :meth:`_load_head` loads the head."""
-        from specgauge.nn.weights import torch_dtype
+        """Open the head at ``model`` and its target (the engine's ``target_model``, else the one
+        :func:`resolve_target` finds, on ``device``); the head runs in ``dtype`` (the target too, where
+        this drafter opens it)."""
+        from specgauge.drafters.heads.config import HeadLoadError
+        from specgauge.drafters.heads.loader import load_head
+        from specgauge.targets.base import TargetError
+        from specgauge.targets.hf import pick_device, pick_dtype
 
         self.model_dir = head_dir(self.kind, model)
-        dt = torch_dtype(dtype)
-        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target,
-                                         self._open_target, dt)
-        self.head = self._load_head(self.model_dir, self.target, dt, where)
-        self.model = self.head  # what the engine's memory report counts (shared embeddings are buffers, not counted)
-        self.hidden_layers: tuple[int | str, ...] = self.head.c.aux_layer_ids
+        try:
+            dt = pick_dtype(dtype, pick_device(device))
+        except TargetError as e:
+            raise ValueError(str(e)) from None
+        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target, device, dt)
+        try:
+            self.head = load_head(self.model_dir, self.target, dt)
+        except HeadLoadError as e:
+            raise ValueError(f"{e} ({where})") from None
+        if self.head.method != self.kind:
+            raise ValueError(f"{self.model_dir}: a {self.head.method} head, but method {self.kind!r} was asked for")
+        self.model = self.head  # what the engine's memory report counts
+        self.hidden_layers: tuple[int | str, ...] = self.head.spec.aux_layer_ids
         self.max_len = max_model_len + num_speculative_tokens + 2
         self._dtype = dt
+        self._device = self.head_device = next(self.head.parameters()).device
         self._req = {}
 
-    def _open_target(self, path: Path, dtype: Any) -> Any:
-        from specgauge.nn.weights import load_model
-
-        return load_model(path, dtype)
-
-    def _load_head(self, model_dir: Path, target: Any, dtype: Any, where: str) -> Any:
-        raise NotImplementedError
+    def target_hidden(self, seq: Sequence[int]) -> Any:
+        """The target's hidden states [T, L * H] (``hidden_layers`` side by side) at positions
+        0..len(seq)-2: one teacher-forced pass over all but the last token, in the head's dtype."""
+        p = self.target.run(seq[:-1], self.hidden_layers)
+        return p.flat().to(device=self._device, dtype=self._dtype)
 
     def observe_hidden(self, request_id: str, hidden: Any) -> None:
         """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""

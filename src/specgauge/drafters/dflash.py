@@ -1,6 +1,6 @@
 """DFlash, the block-parallel drafter (kind ``"dflash"``): one forward of a small head fills a block of
 k draft positions at once, from the anchor token and the target's hidden states (the head and its
-checkpoint: ``_dflash_head.py``). vLLM 0.32 runs it as ``{"method": "dflash", "model": HEAD,
+checkpoint: ``heads/dflash.py``). vLLM 0.32 runs it as ``{"method": "dflash", "model": HEAD,
 "num_speculative_tokens": K}`` (``v1/spec_decode/dflash.py``); SGLang as ``--speculative-algorithm
 DFLASH``. This mirrors vLLM's proposer, which follows z-lab's reference (``dflash/model.py``):
 
@@ -37,7 +37,6 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,21 +47,7 @@ from specgauge.drafters.base import ReplayTrace, register_drafter, trace_from_ru
 #: step starts drafted per batched forward in replay (bounds the [anchors, k+1, heads, context] scores)
 _REPLAY_CHUNK = 128
 
-_targets: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
 _passes: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
-
-
-def _shared_target(path: Path, dtype: Any) -> Any:
-    """One loaded target per (directory, dtype) while any drafter holds it: a replay at several k
-    builds one drafter per k (see the module's docstring), all reading the same target."""
-    from specgauge.nn.weights import load_model
-
-    key = (str(path.resolve()), str(dtype))
-    model = _targets.get(key)
-    if model is None:
-        model = load_model(path, dtype)
-        _targets[key] = model
-    return model
 
 
 @dataclass
@@ -80,27 +65,17 @@ class DFlashDrafter(HiddenFeed):
 
     _req: dict[str, _State]
 
-    def _open_target(self, path: Path, dtype: Any) -> Any:
-        return _shared_target(path, dtype)
-
-    def _load_head(self, model_dir: Path, target: Any, dtype: Any, where: str) -> Any:
-        from specgauge.drafters._dflash_head import DFlashLoadError, load_head
-
-        try:
-            return load_head(model_dir, target, dtype)
-        except DFlashLoadError as e:
-            raise DFlashLoadError(f"{e} ({where})") from None
-
     # -- Drafter protocol ------------------------------------------------------------------------
     def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:
         import torch
 
         if request_id in self._req:
             raise ValueError(f"request {request_id!r} already begun")
-        c = self.head.c
-        shape = (self.max_len, c.num_kv_heads, c.head_dim)
-        self._req[request_id] = _State([(torch.zeros(shape, dtype=self._dtype), torch.zeros(shape, dtype=self._dtype))
-                                        for _ in range(c.num_layers)])
+        h = self.head
+        shape = (self.max_len, h.num_kv_heads, h.head_dim)
+        self._req[request_id] = _State([(torch.zeros(shape, dtype=self._dtype, device=self._device),
+                                         torch.zeros(shape, dtype=self._dtype, device=self._device))
+                                        for _ in range(len(h.layers))])
 
     # -- the engine's proposer -------------------------------------------------------------------
     def _propose_one(self, rid: str, hist: Sequence[int], k: int) -> list[int]:
@@ -110,29 +85,26 @@ class DFlashDrafter(HiddenFeed):
         c, n = st.n, hid.shape[0]
         if c + n + 1 + k > self.max_len:
             raise ValueError("dflash drafter: sequence longer than max_model_len")
-        for (ck, cv), (k_new, v_new) in zip(st.ctx, self.head.context(hid, torch.arange(c, c + n)), strict=True):
+        hid = hid.to(device=self._device, dtype=self._dtype)
+        for (ck, cv), (k_new, v_new) in zip(st.ctx, self.head.context(hid, torch.arange(c, c + n, device=self._device)),
+                                            strict=True):
             ck[c : c + n], cv[c : c + n] = k_new, v_new
         L = st.n = c + n
         st.pending = []
-        logits = self.head.block(torch.tensor([int(hist[-1])]), torch.tensor([L]), k,
+        dev = self._device
+        logits = self.head.block(torch.tensor([int(hist[-1])], device=dev), torch.tensor([L], device=dev), k,
                                  [(ck[:L], cv[:L]) for ck, cv in st.ctx], None)  # [1, k, V]
-        return self.head.to_target(logits[0].argmax(-1)).tolist()
+        return self.head.to_target(logits[0].argmax(-1)).tolist()  # type: ignore[no-any-return]
 
     # -- offline replay --------------------------------------------------------------------------
     def _target_pass(self, seq: list[int]) -> Any:
         """The target's hidden states at positions 0..len(seq)-2 (one teacher-forced pass; the last
         pass is kept while the target lives, so the drafters of several k share it)."""
-        import torch
-
         key = (tuple(seq), self.hidden_layers)
         hit = _passes.get(self.target)
         if hit is not None and hit[0] == key:
             return hit[1]
-        T = len(seq) - 1
-        with torch.inference_mode():
-            _, hid = self.target.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [T], self.target.new_cache(1, T),
-                                                     self.hidden_layers, logits_at=torch.tensor([T - 1]))
-        hid = hid.to(self._dtype)
+        hid = self.target_hidden(seq)
         _passes[self.target] = (key, hid)
         return hid
 
@@ -143,21 +115,23 @@ class DFlashDrafter(HiddenFeed):
 
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        seq = replay_sequence(prompt_ids, output_ids, self.head.c.vocab_size)
+        seq = replay_sequence(prompt_ids, output_ids, self.target.vocab_size)
         n, P = len(output_ids), len(prompt_ids)
         drafts = np.full((n, k), -1, dtype=np.int64)
         if n < 2:
             return drafts
         hid = self._target_pass(seq)
         T = hid.shape[0]
+        dev = self._device
         with torch.inference_mode():
-            ctx = self.head.context(hid, torch.arange(T))
-            anchors = torch.arange(P, P + n - 1)  # the step at output position j has its anchor at P + j - 1
+            ctx = self.head.context(hid, torch.arange(T, device=dev))
+            anchors = torch.arange(P, P + n - 1, device=dev)  # the step at output position j has its anchor at P + j - 1
+            ids = torch.tensor(seq, device=dev)
             for s in range(0, len(anchors), _REPLAY_CHUNK):
                 a = anchors[s : s + _REPLAY_CHUNK]
-                mask = torch.arange(T)[None, :] < a[:, None]  # context: positions before the anchor
-                logits = self.head.block(torch.tensor(seq)[a], a, k, ctx, mask)
-                drafts[1 + s : 1 + s + len(a)] = self.head.to_target(logits.argmax(-1)).numpy()
+                mask = torch.arange(T, device=dev)[None, :] < a[:, None]  # context: positions before the anchor
+                logits = self.head.block(ids[a], a, k, ctx, mask)
+                drafts[1 + s : 1 + s + len(a)] = self.head.to_target(logits.argmax(-1)).cpu().numpy()
         return drafts
 
     def runs_at(self, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Hidden-state drafters: an EAGLE-3 head (kind ``"eagle3"``), and the shared machinery the MTP head
-(``drafters/mtp.py``) uses. The head's layer and its chain are in ``_heads.py``.
+(``drafters/mtp.py``) uses. The heads are in ``heads/`` (one module per family); their one chain is
+``heads/chain.py``; the target is any :class:`~specgauge.targets.base.Target`.
 
 Two users, one computation:
 
@@ -13,7 +14,7 @@ Two users, one computation:
   replaced by first-pass keys next step), as in vLLM.
 * **offline replay** (``accept_runs``, the :class:`~specgauge.drafters.base.WholeOutputReplay`
   contract): one teacher-forced target pass over prompt + logged output gives the hidden states the
-  head reads; :meth:`Head.levels` then drafts every chain at once (all step positions batched,
+  head reads; :func:`~specgauge.drafters.heads.chain.levels` then drafts every chain at once (all step positions batched,
   ``kmax`` head forwards in all).
 
 What is exact and why: greedy drafting makes each draft a deterministic function of the token history
@@ -48,67 +49,41 @@ _MAX_REPLAY_LEVELS = 32
 
 @dataclass
 class _State:
-    k: Any  # [max_len, hkv, D] level-0 keys of positions 0..n-1
-    v: Any
-    n: int = 0
+    cache: Any  # heads.chain.ChainCache: level-0 keys of positions 0..n-1
     pending: list[Any] = field(default_factory=list)  # target hidden rows for positions n, n+1, ...
+
+    @property
+    def n(self) -> int:
+        return int(self.cache.n)
 
 
 class HiddenStateDrafter(HiddenFeed):
-    """A head that reads the target's hidden states; greedy, so deterministic."""
+    """A chain head that reads the target's hidden states; greedy, so deterministic."""
 
     kind: ClassVar[str] = ""
 
-    def _load_head(self, model_dir: Path, target: Any, dtype: Any, where: str) -> Any:
-        from specgauge.drafters._heads import HeadLoadError, load_head
-
-        try:
-            head = load_head(model_dir, target, dtype)
-        except HeadLoadError as e:
-            raise ValueError(f"{e} ({where})") from None
-        if head.c.kind != self.kind:
-            raise ValueError(f"{model_dir}: a {head.c.kind} head, but method {self.kind!r} was asked for")
-        return head
-
     # -- Drafter protocol ------------------------------------------------------------------------
     def begin(self, request_id: str, prompt_ids: Sequence[int]) -> None:
-        import torch
+        from specgauge.drafters.heads.chain import ChainCache
 
         if request_id in self._req:
             raise ValueError(f"request {request_id!r} already begun")
-        c = self.head.c
-        shape = (self.max_len, c.num_kv_heads, c.head_dim)
-        self._req[request_id] = _State(torch.zeros(shape, dtype=self._dtype), torch.zeros(shape, dtype=self._dtype))
+        self._req[request_id] = _State(ChainCache.empty(self.head, self.max_len, self._dtype, self._device))
 
     # -- the engine's proposer -------------------------------------------------------------------
     def _propose_one(self, rid: str, hist: Sequence[int], k: int) -> list[int]:
         import torch
 
+        from specgauge.drafters.heads.chain import propose
+
         st, hid = self._take_pending(rid, hist)
-        h = self.head
         c, n = st.n, hid.shape[0]
         if c + n + k > self.max_len:
             raise ValueError(f"{self.kind} drafter: sequence longer than max_model_len")
-        # first pass: positions c..c+n-1, token t[p+1], the target's hidden state at p
-        pos = torch.arange(c, c + n)
-        q, kk, vv, res = h.qkv(torch.tensor(hist[c + 1 : c + n + 1]), pos, h.combine(hid))
-        st.k[c : c + n], st.v[c : c + n] = kk, vv
-        L = c + n
-        mask = torch.arange(L)[None, :] <= pos[:, None]
-        logits, hh = h.finish(h.attend(q, [(st.k[:L], st.v[:L], mask)]), res)
-        st.n, st.pending = L, []
-        tok = h.to_target(logits[-1:].argmax(-1))
-        hh = hh[-1:]
-        drafts = [tok]
-        chain: list[tuple[Any, Any, None]] = []
-        full = torch.ones(1, L, dtype=torch.bool)
-        for s in range(1, k):  # the chain: the previous draft and the head's own hidden state
-            q, kk, vv, res = h.qkv(tok, torch.tensor([L - 1 + s]), hh)
-            chain.append((kk, vv, None))
-            logits, hh = h.finish(h.attend(q, [(st.k[:L], st.v[:L], full), *chain]), res)
-            tok = h.to_target(logits.argmax(-1))
-            drafts.append(tok)
-        return torch.cat(drafts).tolist()
+        nxt = torch.tensor(hist[c + 1 : c + n + 1], device=self._device)  # t[p+1] for p = c..c+n-1
+        drafts = propose(self.head, st.cache, nxt, hid.to(device=self._device, dtype=self._dtype), k)
+        st.pending = []
+        return drafts
 
     # -- offline replay --------------------------------------------------------------------------
     def _levels(self, prompt_ids: Sequence[int], output_ids: Sequence[int], n_levels: int) -> tuple[np.ndarray, int]:
@@ -117,21 +92,21 @@ class HiddenStateDrafter(HiddenFeed):
         position len(prompt) - 1 on (-1 before: no step starts there)."""
         import torch
 
-        seq = replay_sequence(prompt_ids, output_ids, self.head.c.vocab_size)
+        from specgauge.drafters.heads.chain import levels
+
+        seq = replay_sequence(prompt_ids, output_ids, self.target.vocab_size)
         T = len(seq) - 1
         if T < 1:
             return np.zeros((n_levels, 0), dtype=np.int64), T
         with torch.inference_mode():
-            cache = self.target.new_cache(1, T)
-            _, hid = self.target.forward_flat_hidden(torch.tensor(seq[:-1]), [0], [0], [T], cache, self.hidden_layers,
-                                                     logits_at=torch.tensor([T - 1]))
+            hid = self.target_hidden(seq)
             a = max(0, len(prompt_ids) - 1)  # the first chain starts at draft position P - 1
-            lv = self.head.levels(torch.tensor(seq[1:]), hid.to(self._dtype), n_levels, start=a)
-            pred = torch.full((n_levels, T), -1, dtype=torch.long)
+            lv = levels(self.head, torch.tensor(seq[1:], device=self._device), hid, n_levels, start=a)
+            pred = torch.full((n_levels, T), -1, dtype=torch.long, device=self._device)
             pred[0] = self.head.to_target(lv[0].argmax(-1))
             for s, x in enumerate(lv[1:], start=1):
                 pred[s, a:] = self.head.to_target(x.argmax(-1))
-        return pred.numpy().astype(np.int64), T
+        return pred.cpu().numpy().astype(np.int64), T
 
     def replay_arrays(
         self, prompt_ids: Sequence[int], output_ids: Sequence[int], kmax: int

@@ -77,6 +77,10 @@ class SimulateConfig(BaseModel):
     #: the target model directory of a hidden-state head (``eagle3:DIR``, ``mtp:DIR``) whose config names
     #: none found here; default: the one its config names, else ``tokenizer`` when that is a model directory
     target_model: Path | None = None
+    #: hidden-state heads: where the target and head run (cpu | cuda | auto) and in which dtype (auto: float32
+    #: on the CPU, bfloat16 on a GPU)
+    device: str = "cpu"
+    dtype: str = "auto"
 
     @model_validator(mode="after")
     def _from_speculative_config(self) -> SimulateConfig:
@@ -161,13 +165,14 @@ def model_dir(spec: str | Path | None) -> str | None:
 def _with_targets(specs: list[MethodSpec], cfg: SimulateConfig) -> list[MethodSpec]:
     takes = [_takes_target(s.kind) for s in specs]
     if cfg.target_model is not None:
-        if not Path(cfg.target_model).is_dir():
-            raise ConfigError(f"--target-model {cfg.target_model}: no such directory")
+        if not Path(cfg.target_model).is_dir() and str(cfg.target_model).count("/") != 1:
+            raise ConfigError(f"--target-model {cfg.target_model}: no such directory (nor a Hub id such as org/name)")
         if not any(takes):
             raise ConfigError("--target-model: only for methods that read a target model's hidden states "
                               "(eagle3:DIR, mtp:DIR, dflash:DIR); none of --method does")
     extra = {"target": str(cfg.target_model) if cfg.target_model is not None else None,
-             "default_target": model_dir(cfg.tokenizer)}
+             "default_target": model_dir(cfg.tokenizer),
+             "device": cfg.device if cfg.device != "cpu" else None, "dtype": cfg.dtype if cfg.dtype != "auto" else None}
     extra = {k: v for k, v in extra.items() if v is not None}
     if not extra:
         return specs

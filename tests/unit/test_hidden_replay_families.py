@@ -1,0 +1,92 @@
+"""The hidden-state replay on real architectures, held to a loop that cannot be wrong the same way: on
+tiny random transformers models of every family the issue names (Llama, Qwen3, Qwen3-MoE, Gemma 4,
+DeepSeek-V3, gpt-oss), an EAGLE-3 head briefly trained on the target's own greedy text generates with
+the plain online loop (``testing/reference_loop.py``: the target re-run over the whole history at every
+step, the head drafting from scratch), the outputs are logged, and ``simulate LOG --method eagle3:HEAD
+--target-model DIR --device cpu`` must give the same per-request figures, and the replay the same
+per-step drafted / accepted counts (greedy). The final step is held to item 4's rule: equal unless
+every draft matched up to the logged end (then the replay's count is a lower bound)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors: extra threads only spin on a shared 2-core machine
+pytest.importorskip("transformers")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from specgauge.cli import app  # noqa: E402
+from specgauge.drafters.heads.loader import load_head  # noqa: E402
+from specgauge.drafters.heads.make import eagle3_config, new_head, save_head  # noqa: E402
+from specgauge.offline.replay import MethodReplay, MethodSpec  # noqa: E402
+from specgauge.targets.hf import TransformersTarget  # noqa: E402
+from specgauge.testing.reference_loop import generate, greedy_outputs, train_briefly  # noqa: E402
+from tests.unit._tiny_targets import FAMILIES, tiny_family  # noqa: E402
+
+K, MAX_TOKENS = 3, 16
+
+
+def _fast(name: str) -> list:  # type: ignore[type-arg]
+    return [] if name == "qwen3" else [pytest.mark.slow]
+
+
+def _trained_head(target: TransformersTarget, prompts: list[list[int]], out: Path, seed: int = 0) -> Path:
+    """An EAGLE-3 head over aux layers (0, 1, 2) (the tiny families have 2 layers), trained for a few
+    dozen steps on the target's greedy continuations of ``prompts`` (it need not generalise: the test is
+    of exactness, and a head that drafts well exercises long accepted runs); saved in float32."""
+    seqs = [p + o for p, o in zip(prompts, greedy_outputs(target, prompts, MAX_TOKENS + K), strict=True)]
+    head = new_head(eagle3_config(target, aux_layer_ids=(0, 1, 2), intermediate_size=128), target, seed=seed, std=0.1)
+    train_briefly(head, target, seqs, steps=30, lr=1e-2)
+    return save_head(head, out, target.num_layers, dtype=torch.float32)
+
+
+def _log(path: Path, rows: list[tuple[list[int], list[int]]]) -> Path:
+    with path.open("w", encoding="utf-8") as f:
+        for i, (p, o) in enumerate(rows):
+            f.write(json.dumps({"request": {"id": f"r{i}", "prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0.0},
+                                "response": {"prompt_token_ids": p, "output_token_ids": o, "finish_reason": "length"}}) + "\n")
+    return path
+
+
+def _open_end(steps: list[tuple[int, int]], n_out: int) -> bool:
+    """Did the final step keep every draft up to the logged end (so a live server may have kept more)?"""
+    emitted = 1 + sum(a + 1 for _, a in steps[:-1])  # tokens before the final step (the prefill's included)
+    return emitted + steps[-1][1] >= n_out
+
+
+@pytest.mark.parametrize("name", [pytest.param(f, marks=_fast(f)) for f in FAMILIES])
+def test_simulate_on_a_real_architecture_equals_the_reference_loop(name: str, tmp_path: Path) -> None:
+    tdir = tiny_family(name, tmp_path / name)
+    target = TransformersTarget.open(tdir, "cpu", "float32")
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(4, target.vocab_size, (n,), generator=g).tolist() for n in (5, 9)]
+    hdir = _trained_head(target, prompts, tmp_path / "head")
+    head = load_head(hdir, target)  # the loop drafts with exactly what simulate will load
+    live = [generate(target, head, p, MAX_TOKENS, K) for p in prompts]
+    assert sum(a for r in live for _, a in r.steps) > 0, f"{name}: the trained head never drafted an accepted token"
+    log = _log(tmp_path / "log.jsonl", [(p, r.output_ids) for p, r in zip(prompts, live, strict=True)])
+
+    rows = tmp_path / "rows.jsonl"
+    res = CliRunner().invoke(app, ["simulate", str(log), "--method", f"eagle3:{hdir}", "--target-model", str(tdir),
+                                   "--device", "cpu", "-k", str(K), "--per-request", str(rows), "--json"])
+    assert res.exit_code == 0, res.stderr
+    got = {r["request_id"]: r for r in map(json.loads, rows.read_text().splitlines())}
+
+    spec = MethodSpec.parse(f"eagle3:{hdir}").model_copy(update={"options": {"model": str(hdir), "target": str(tdir)}})
+    replay = MethodReplay(spec, [K])
+    for i, (p, r) in enumerate(zip(prompts, live, strict=True)):
+        tr = replay.traces(f"r{i}", "log", p, r.output_ids)[K]
+        steps = list(zip(tr.drafted.tolist(), tr.accepted.tolist(), strict=True))
+        assert len(steps) == len(r.steps) and steps[:-1] == r.steps[:-1], (name, i, steps, r.steps)
+        if _open_end(r.steps, len(r.output_ids)):  # the log ends inside the final step's accepted run
+            assert steps[-1][1] <= r.steps[-1][1]
+        else:
+            assert steps[-1] == r.steps[-1], (name, i)
+        row = got[f"r{i}"]
+        assert (row["steps"], row["draft_tokens"], row["accepted_tokens"]) == (
+            len(steps), sum(d for d, _ in steps), sum(a for _, a in steps))
