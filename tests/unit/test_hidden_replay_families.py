@@ -5,7 +5,8 @@ the plain online loop (``testing/reference_loop.py``: the target re-run over the
 step, the head drafting from scratch), the outputs are logged, and ``simulate LOG --method eagle3:HEAD
 --target-model DIR --device cpu`` must give the same per-request figures, and the replay the same
 per-step drafted / accepted counts (greedy). The final step is held to item 4's rule: equal unless
-every draft matched up to the logged end (then the replay's count is a lower bound)."""
+every draft matched up to the logged end (then the row carries guaranteed bounds, which must hold the
+loop's count: issue 38 item 4, implemented for every stateless drafter by ``drafters.base.final_step_bounds``)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,9 @@ from typer.testing import CliRunner  # noqa: E402
 
 from specgauge.cli import app  # noqa: E402
 from specgauge.drafters.heads.loader import load_head  # noqa: E402
-from specgauge.drafters.heads.make import eagle3_config, new_head, save_head  # noqa: E402
 from specgauge.offline.replay import MethodReplay, MethodSpec  # noqa: E402
 from specgauge.targets.hf import TransformersTarget  # noqa: E402
-from specgauge.testing.reference_loop import generate, greedy_outputs, train_briefly  # noqa: E402
+from specgauge.testing.reference_loop import generate, trained_eagle3_head, write_log  # noqa: E402
 from tests.unit._tiny_targets import FAMILIES, tiny_family  # noqa: E402
 
 K, MAX_TOKENS = 3, 16
@@ -33,24 +33,6 @@ K, MAX_TOKENS = 3, 16
 
 def _fast(name: str) -> list:  # type: ignore[type-arg]
     return [] if name == "qwen3" else [pytest.mark.slow]
-
-
-def _trained_head(target: TransformersTarget, prompts: list[list[int]], out: Path, seed: int = 0) -> Path:
-    """An EAGLE-3 head over aux layers (0, 1, 2) (the tiny families have 2 layers), trained for a few
-    dozen steps on the target's greedy continuations of ``prompts`` (it need not generalise: the test is
-    of exactness, and a head that drafts well exercises long accepted runs); saved in float32."""
-    seqs = [p + o for p, o in zip(prompts, greedy_outputs(target, prompts, MAX_TOKENS + K), strict=True)]
-    head = new_head(eagle3_config(target, aux_layer_ids=(0, 1, 2), intermediate_size=128), target, seed=seed, std=0.1)
-    train_briefly(head, target, seqs, steps=30, lr=1e-2)
-    return save_head(head, out, target.num_layers, dtype=torch.float32)
-
-
-def _log(path: Path, rows: list[tuple[list[int], list[int]]]) -> Path:
-    with path.open("w", encoding="utf-8") as f:
-        for i, (p, o) in enumerate(rows):
-            f.write(json.dumps({"request": {"id": f"r{i}", "prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0.0},
-                                "response": {"prompt_token_ids": p, "output_token_ids": o, "finish_reason": "length"}}) + "\n")
-    return path
 
 
 def _open_end(steps: list[tuple[int, int]], n_out: int) -> bool:
@@ -65,11 +47,11 @@ def test_simulate_on_a_real_architecture_equals_the_reference_loop(name: str, tm
     target = TransformersTarget.open(tdir, "cpu", "float32")
     g = torch.Generator().manual_seed(7)
     prompts = [torch.randint(4, target.vocab_size, (n,), generator=g).tolist() for n in (5, 9)]
-    hdir = _trained_head(target, prompts, tmp_path / "head")
+    hdir = trained_eagle3_head(target, prompts, tmp_path / "head", MAX_TOKENS + K)
     head = load_head(hdir, target)  # the loop drafts with exactly what simulate will load
     live = [generate(target, head, p, MAX_TOKENS, K) for p in prompts]
     assert sum(a for r in live for _, a in r.steps) > 0, f"{name}: the trained head never drafted an accepted token"
-    log = _log(tmp_path / "log.jsonl", [(p, r.output_ids) for p, r in zip(prompts, live, strict=True)])
+    log = write_log(tmp_path / "log.jsonl", [(p, r.output_ids) for p, r in zip(prompts, live, strict=True)], MAX_TOKENS)
 
     rows = tmp_path / "rows.jsonl"
     res = CliRunner().invoke(app, ["simulate", str(log), "--method", f"eagle3:{hdir}", "--target-model", str(tdir),
@@ -90,3 +72,10 @@ def test_simulate_on_a_real_architecture_equals_the_reference_loop(name: str, tm
         row = got[f"r{i}"]
         assert (row["steps"], row["draft_tokens"], row["accepted_tokens"]) == (
             len(steps), sum(d for d, _ in steps), sum(a for _, a in steps))
+        live_accepted = sum(a for _, a in r.steps)
+        if steps[-1][1] < K and _open_end(steps, len(r.output_ids)):  # item 4: bounds that hold the live count
+            lo, hi = row["bounds"]["accepted_tokens"]
+            assert not row["exact"] and row["bounds_kind"] == "guaranteed"
+            assert lo == row["accepted_tokens"] and lo <= live_accepted <= hi == lo + K - steps[-1][1]
+        else:
+            assert row["exact"] and row["bounds"] is None and row["accepted_tokens"] == live_accepted

@@ -21,6 +21,7 @@ from specgauge.targets.layers import (  # noqa: E402
     default_eagle3_aux_ids,
     dflash_aux_ids,
     hf_hidden_states_index,
+    vllm_aux_order,
 )
 from tests.unit._tiny_targets import FAMILIES, tiny_family  # noqa: E402
 
@@ -34,8 +35,9 @@ def test_layer_numbering_worked_example() -> None:
     assert [hf_hidden_states_index(i, 4) for i in (0, 1, 3, 4, "final")] == [0, 1, 3, None, 4]
     assert [capture_point(i) for i in (0, 2, 4, "final")] == [("embed", 0), ("layer_output", 1), ("layer_output", 3),
                                                               ("final_norm", 0)]
-    assert dflash_aux_ids([0, 2]) == (1, 3)
+    assert dflash_aux_ids([2, 0]) == (1, 3)
     assert default_eagle3_aux_ids(32) == (2, 16, 29) and default_eagle3_aux_ids(4) == (1, 2)
+    assert vllm_aux_order([29, 2, 16, 2]) == (2, 16, 29)  # vLLM sorts and dedups, whatever a config lists
 
 
 def test_every_layer_id_is_the_tensor_the_convention_names(family: tuple[str, Path]) -> None:
@@ -72,7 +74,7 @@ def test_batched_passes_equal_single_passes_in_order(family: tuple[str, Path]) -
     for p, s in zip(batched, seqs, strict=True):
         alone = t.run(s, ids).hidden
         assert p.hidden.shape == alone.shape
-        torch.testing.assert_close(p.hidden, alone, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(p.hidden, alone, rtol=1e-4, atol=1e-4)  # float noise: other matmul shapes
 
 
 def test_kv_of_a_layer_is_the_cache_transformers_keeps(tmp_path: Path) -> None:

@@ -68,10 +68,12 @@ def head_dir(kind: str, model: str | Path | None) -> Path:
 
 
 def open_target(kind: str, model_dir: Path, target: str | Path | None, target_model: Any,
-                default_target: str | Path | None, device: str, dtype: Any) -> tuple[Any, str]:
+                default_target: str | Path | None, device: str, dtype: Any,
+                hidden_states: str | Path | None = None) -> tuple[Any, str]:
     """(the :class:`~specgauge.targets.base.Target`, where it came from for errors): the engine's own
     model when it hands one (``target_model``), else what :func:`resolve_target` finds, opened by
-    ``targets.open.open_target`` (transformers, on ``device`` in ``dtype``)."""
+    ``targets.open.open_target`` (transformers, on ``device`` in ``dtype``; with ``hidden_states``, the
+    vLLM dumps there, the target's checkpoint read only for what they do not hold)."""
     from specgauge.targets.base import TargetError
     from specgauge.targets.open import open_target as open_any
 
@@ -80,7 +82,7 @@ def open_target(kind: str, model_dir: Path, target: str | Path | None, target_mo
     spec, origin = resolve_target(model_dir, target, default_target)
     where = f"target {spec}: {origin}"
     try:
-        return open_any(spec, device=device, dtype=dtype), where
+        return open_any(spec, device=device, dtype=dtype, hidden_states=hidden_states), where
     except TargetError as e:
         raise ValueError(f"{kind} head {model_dir}: {e} ({where})") from None
 
@@ -113,13 +115,15 @@ class HiddenFeed:
         default_target: str | Path | None = None,
         dtype: Any = "float32",
         device: str = "cpu",
+        hidden_states: str | Path | None = None,
         max_model_len: int = 2048,
         num_speculative_tokens: int = 8,
         **_: Any,
     ) -> None:
         """Open the head at ``model`` and its target (the engine's ``target_model``, else the one
-        :func:`resolve_target` finds, on ``device``); the head runs in ``dtype`` (the target too, where
-        this drafter opens it)."""
+        :func:`resolve_target` finds, on ``device``; with ``hidden_states``, vLLM's dumps in that
+        directory stand in for running it); the head runs in ``dtype`` (the target too, where this
+        drafter opens it)."""
         from specgauge.drafters.heads.config import HeadLoadError
         from specgauge.drafters.heads.loader import load_head
         from specgauge.targets.base import TargetError
@@ -130,7 +134,8 @@ class HiddenFeed:
             dt = pick_dtype(dtype, pick_device(device))
         except TargetError as e:
             raise ValueError(str(e)) from None
-        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target, device, dt)
+        self.target, where = open_target(self.kind, self.model_dir, target, target_model, default_target, device, dt,
+                                         hidden_states)
         try:
             self.head = load_head(self.model_dir, self.target, dt)
         except HeadLoadError as e:

@@ -81,6 +81,8 @@ class SimulateConfig(BaseModel):
     #: on the CPU, bfloat16 on a GPU)
     device: str = "cpu"
     dtype: str = "auto"
+    #: hidden-state heads: a directory of vLLM's own hidden-state dumps read instead of running the target
+    hidden_states: Path | None = None
 
     @model_validator(mode="after")
     def _from_speculative_config(self) -> SimulateConfig:
@@ -167,12 +169,17 @@ def _with_targets(specs: list[MethodSpec], cfg: SimulateConfig) -> list[MethodSp
     if cfg.target_model is not None:
         if not Path(cfg.target_model).is_dir() and str(cfg.target_model).count("/") != 1:
             raise ConfigError(f"--target-model {cfg.target_model}: no such directory (nor a Hub id such as org/name)")
+    if cfg.hidden_states is not None and not Path(cfg.hidden_states).is_dir():
+        raise ConfigError(f"--hidden-states {cfg.hidden_states}: no such directory")
+    if cfg.target_model is not None or cfg.hidden_states is not None:
         if not any(takes):
-            raise ConfigError("--target-model: only for methods that read a target model's hidden states "
+            flag = "--target-model" if cfg.target_model is not None else "--hidden-states"
+            raise ConfigError(f"{flag}: only for methods that read a target model's hidden states "
                               "(eagle3:DIR, mtp:DIR, dflash:DIR); none of --method does")
     extra = {"target": str(cfg.target_model) if cfg.target_model is not None else None,
              "default_target": model_dir(cfg.tokenizer),
-             "device": cfg.device if cfg.device != "cpu" else None, "dtype": cfg.dtype if cfg.dtype != "auto" else None}
+             "device": cfg.device if cfg.device != "cpu" else None, "dtype": cfg.dtype if cfg.dtype != "auto" else None,
+             "hidden_states": str(cfg.hidden_states) if cfg.hidden_states is not None else None}
     extra = {k: v for k, v in extra.items() if v is not None}
     if not extra:
         return specs

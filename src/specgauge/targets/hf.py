@@ -75,6 +75,20 @@ def resolve_model_path(spec: str | Path) -> tuple[str, str]:
     return text, text
 
 
+def local_dir(spec: str | Path) -> Path:
+    """The checkpoint directory of ``spec``: itself, or a Hub id's snapshot in the local cache."""
+    path, name = resolve_model_path(spec)
+    if Path(path).is_dir():
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(path, local_files_only=True))
+    except Exception as e:  # noqa: BLE001 - any failure of the cache lookup reads the same to the user
+        raise TargetError(f"target {name}: not complete in the local Hugging Face cache (nothing is downloaded): "
+                          f"{type(e).__name__}") from None
+
+
 def decoder_of(model: nn.Module) -> nn.Module:
     """The module holding ``embed_tokens``, ``layers`` and ``norm`` (text models: ``get_decoder()``;
     multimodal ones: their ``language_model``)."""
@@ -199,4 +213,4 @@ def _cached_kv(cache: Any, layer: int, b: int, n: int, name: str) -> tuple[Tenso
     return k[b, :, :n].transpose(0, 1).clone(), v[b, :, :n].transpose(0, 1).clone()
 
 
-__all__ = ["DEVICES", "DTYPES", "TransformersTarget", "decoder_of", "pick_device", "pick_dtype", "resolve_model_path"]
+__all__ = ["DEVICES", "DTYPES", "TransformersTarget", "decoder_of", "local_dir", "pick_device", "pick_dtype", "resolve_model_path"]

@@ -17,7 +17,7 @@ vLLM id 4 = output of layer 3 before the norm (no hidden_states entry); "final" 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from specgauge.targets.base import LayerId
@@ -56,17 +56,24 @@ def capture_point(layer_id: LayerId) -> Capture:
     return ("layer_output", to_layer_output(int(layer_id)))
 
 
+def vllm_aux_order(layer_ids: Sequence[int]) -> tuple[int, ...]:
+    """The order vLLM hands auxiliary hidden states to a head (and writes them to a dump): ascending,
+    each once (``models/interfaces.py``: ``tuple(sorted(set(layers)))``), whatever order the head's
+    config lists them in — so a head's ``fc`` columns follow this order."""
+    return tuple(sorted({int(i) for i in layer_ids}))
+
+
 def default_eagle3_aux_ids(num_layers: int) -> tuple[int, ...]:
     """vLLM's default EAGLE-3 auxiliary layers for a target of ``num_layers`` (``models/interfaces.py``:
     (2, N // 2, N - 3)), deduplicated and sorted as vLLM does."""
     n = num_layers
-    return tuple(sorted({2, n // 2, n - 3}))
+    return vllm_aux_order((2, n // 2, n - 3))
 
 
-def dflash_aux_ids(target_layer_ids: Sequence[int]) -> tuple[int, ...]:
-    """DFlash's ``target_layer_ids`` (layer outputs) as vLLM aux ids."""
-    return tuple(from_layer_output(j) for j in target_layer_ids)
+def dflash_aux_ids(target_layer_ids: Iterable[int]) -> tuple[int, ...]:
+    """DFlash's ``target_layer_ids`` (layer outputs) as vLLM aux ids, in vLLM's order."""
+    return vllm_aux_order(from_layer_output(j) for j in target_layer_ids)
 
 
 __all__ = ["Capture", "capture_point", "default_eagle3_aux_ids", "dflash_aux_ids", "from_layer_output",
-           "hf_hidden_states_index", "to_layer_output"]
+           "hf_hidden_states_index", "to_layer_output", "vllm_aux_order"]

@@ -2,7 +2,9 @@
 
 * an object that already is a Target -> itself; the engine's lean ``Transformer`` -> ``LeanTarget``;
 * a directory or a Hub id -> ``TransformersTarget`` (``source="transformers"``, the default), or the
-  lean model (``source="lean"``: Llama / Qwen2 / Qwen3 checkpoints only).
+  lean model (``source="lean"``: Llama / Qwen2 / Qwen3 checkpoints only);
+* with ``hidden_states`` (a directory of vLLM dumps) -> ``VllmDumpTarget``, the spec naming the target's
+  checkpoint (read for its config and the few tensors a dump does not hold, never run).
 
 Opened targets are shared while anyone holds them (one per spec, source, device and dtype): a replay
 at several k builds one drafter per k, all reading one target.
@@ -21,8 +23,14 @@ _open: weakref.WeakValueDictionary[tuple[str, ...], Any] = weakref.WeakValueDict
 
 
 def open_target(spec: Any, device: str = "cpu", dtype: Any = "auto", device_map: str | None = None,
-                source: Source = "transformers") -> Target:
+                source: Source = "transformers", hidden_states: str | Path | None = None) -> Target:
     """The Target for ``spec`` (see the module's docstring); errors are ``TargetError`` naming it."""
+    if hidden_states is not None:
+        from specgauge.targets.dumps import VllmDumpTarget
+        from specgauge.targets.hf import local_dir, pick_device, pick_dtype
+
+        dev = pick_device(device)
+        return VllmDumpTarget(hidden_states, local_dir(spec), str(dev), pick_dtype(dtype, dev))
     if isinstance(spec, Target):
         return spec
     if hasattr(spec, "forward_flat_hidden"):  # the embedded engine's model

@@ -156,4 +156,33 @@ def train_briefly(head: Any, target: Any, seqs: Sequence[Sequence[int]], steps: 
     return float(loss.detach())
 
 
-__all__ = ["LoopResult", "block_drafts", "chain_drafts", "generate", "greedy_outputs", "target_argmax", "train_briefly"]
+def trained_eagle3_head(target: Any, prompts: Sequence[Sequence[int]], out: Any, tokens: int,
+                        aux_layer_ids: Sequence[int] = (0, 1, 2), steps: int = 30, seed: int = 0) -> Any:
+    """An EAGLE-3 head for ``target`` trained for a few dozen steps on the target's greedy continuations
+    (``tokens`` long) of ``prompts`` — it need not generalise: tests are of exactness, and a head that
+    drafts well exercises long accepted runs; saved in float32 to ``out`` (returned)."""
+    from specgauge.drafters.heads.make import eagle3_config, new_head, save_head
+
+    seqs = [list(p) + o for p, o in zip(prompts, greedy_outputs(target, prompts, tokens), strict=True)]
+    head = new_head(eagle3_config(target, aux_layer_ids=aux_layer_ids, intermediate_size=128), target, seed=seed, std=0.1)
+    train_briefly(head, target, seqs, steps=steps, lr=1e-2)
+    return save_head(head, out, target.num_layers, dtype=torch.float32)
+
+
+def write_log(path: Any, rows: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int,
+              finish: Sequence[str] | None = None) -> Any:
+    """A logged workload (specgauge's JSONL: request + response token ids, greedy) of (prompt, output) rows."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    with path.open("w", encoding="utf-8") as f:
+        for i, (p, o) in enumerate(rows):
+            f.write(json.dumps({"request": {"id": f"r{i}", "prompt": list(p), "max_tokens": max_tokens, "temperature": 0.0},
+                                "response": {"prompt_token_ids": list(p), "output_token_ids": list(o),
+                                             "finish_reason": finish[i] if finish else "length"}}) + "\n")
+    return path
+
+
+__all__ = ["LoopResult", "block_drafts", "chain_drafts", "generate", "greedy_outputs", "target_argmax", "train_briefly",
+           "trained_eagle3_head", "write_log"]

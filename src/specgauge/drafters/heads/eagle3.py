@@ -29,7 +29,7 @@ from specgauge.drafters.heads.config import HeadLoadError, HeadSpec
 from specgauge.drafters.heads.family import Family, Rope, attention_qkv, family
 from specgauge.drafters.heads.loader import HeadModule, module_names, register_head
 from specgauge.targets.base import LayerId, Target
-from specgauge.targets.layers import default_eagle3_aux_ids
+from specgauge.targets.layers import default_eagle3_aux_ids, vllm_aux_order
 
 
 def eagle3_first_layer(fam: Family) -> type[nn.Module]:
@@ -114,8 +114,8 @@ class Eagle3Head(HeadModule):
     def aux_layer_ids(cls, spec: HeadSpec, target_num_layers: int) -> tuple[LayerId, ...]:
         ids = spec.get("eagle_aux_hidden_state_layer_ids")
         if not ids:  # vLLM's default
-            ids = default_eagle3_aux_ids(target_num_layers)
-        return tuple(int(i) for i in ids)
+            return default_eagle3_aux_ids(target_num_layers)
+        return vllm_aux_order(ids)  # vLLM feeds fc in ascending layer order, whatever the config's order
 
     @classmethod
     def load_hook(cls, sd: dict[str, Tensor], spec: HeadSpec, target: Target) -> dict[str, Tensor]:
