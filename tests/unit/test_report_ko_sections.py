@@ -286,7 +286,8 @@ def test_console_calibration_and_predict_in_korean(tmp_path: Path) -> None:
 
     prof = fit_profile(calibration(tmp_path, "flattened"), bootstrap=5)
     path = prof.save(tmp_path / "cost_profile.json")
-    names = (DATA | set(prof.param_names) | {"flattened", "padded", "synthetic", "ngram-k2", "ngram-k4", "suffix-k2", "suffix-k4"}
+    names = (DATA | set(prof.param_names) | {"flattened", "padded", "synthetic", "ngram-k2", "ngram-k4", "suffix-k2", "suffix-k4",
+                                             "ngram-k4-sched"}
              | {f"{c}-c{n}" for c in ("off", "ngram-k4") for n in (1, 4)})
     with use_lang("ko"):  # the law's parameter and shape names, the runs' labels are names
         _no_english(_console(render_profile_fit, prof), names)

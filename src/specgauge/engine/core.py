@@ -38,7 +38,7 @@ from specgauge.engine.sampling import SamplingParams, logits_to_probs, make_gene
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.engine.verify import rejection_sample
 from specgauge.nn.transformer import ModelArgs
-from specgauge.nn.weights import load_model, torch_dtype
+from specgauge.nn.weights import load_model, torch_device, torch_dtype
 
 _log = logging.getLogger("specgauge.engine")
 
@@ -96,11 +96,25 @@ class Engine:
         dtype: str | torch.dtype = "float32",
         drafter: Drafter | None = None,
         verify_layout: Literal["flat", "padded"] = "flat",
+        device: str = "cpu",
     ) -> None:
+        #: where the models, caches and every step's tensors live (``cuda``: the step runs inside
+        #: ``with torch.device(...)``, so the forward's index tensors are made there; the per-request
+        #: generators stay on the CPU: a seed draws the same numbers on any device)
+        self.device = torch_device(device)
+        with torch.device(self.device):
+            self._init(target_dir, speculative_config, max_batch, max_model_len, dtype, drafter, verify_layout)
+
+    def _init(self, target_dir: str | Path, speculative_config: SpeculativeConfig | None, max_batch: int, max_model_len: int,
+              dtype: str | torch.dtype, drafter: Drafter | None, verify_layout: str) -> None:
         self.args = ModelArgs.from_dir(target_dir)
         self.model = load_model(target_dir, torch_dtype(dtype))
         self.spec = speculative_config if speculative_config and speculative_config.method else None
         self.k = int(self.spec.num_speculative_tokens or 0) if self.spec else 0
+        #: synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``): P(accept position i | the
+        #: ones before it accepted), whatever the target says — for measuring a step's cost at a chosen size
+        rates = self.spec.synthetic_rates() if self.spec else []
+        self.synthetic = [u / p if p > 0 else 0.0 for u, p in zip(rates, [1.0, *rates], strict=False)] if rates else None
         if drafter is not None and not self.k:
             raise ValueError("a drafter needs a speculative_config with num_speculative_tokens")
         if verify_layout not in ("flat", "padded"):
@@ -209,6 +223,10 @@ class Engine:
 
     # -- the step --------------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
+        with torch.device(self.device):
+            return self._step()
+
+    def _step(self) -> list[StepOutput]:
         outs: list[StepOutput] = []
         with self._lock:
             self._waiting.extend(self._incoming)
@@ -376,6 +394,8 @@ class Engine:
     ) -> tuple[list[list[int]], list[int]]:
         """Tokens each request emits this step (accepted drafts + one recovered/bonus token) and the
         number accepted. Greedy rows: argmax; the rest: :func:`rejection_sample` on their rows."""
+        if self.synthetic is not None and any(drafts):
+            return self._verify_synthetic(reqs, drafts, logits, first)
         toks: list[list[int]] = [[] for _ in reqs]
         n_acc = [0] * len(reqs)
         greedy = [i for i, r in enumerate(reqs) if r.params.greedy]
@@ -403,6 +423,31 @@ class Engine:
                                  [first[i] for i in sampled], toks, n_acc, sampled)
         return toks, n_acc
 
+    def _verify_synthetic(self, reqs: list[_Request], drafts: list[list[int]], logits: Tensor,
+                          first: list[int]) -> tuple[list[list[int]], list[int]]:
+        """Synthetic acceptance: draft position j is kept with its conditional rate while every earlier one
+        was (each request's own generator), then the target's token at the first position not kept —
+        argmax for a greedy request, a draw from its distribution otherwise (vLLM's synthetic rule)."""
+        assert self.synthetic is not None
+        toks: list[list[int]] = []
+        n_acc: list[int] = []
+        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
+            u = torch.rand(len(d), generator=r.gen, device="cpu").tolist()
+            n = 0
+            while n < len(d) and u[n] < self.synthetic[n]:
+                n += 1
+            row = logits[first[i] + n]
+            if r.params.greedy:
+                tok = int(row.argmax())
+            else:
+                p = r.params
+                probs = logits_to_probs(row[None].float(), torch.tensor([p.temperature]), torch.tensor([p.top_k]),
+                                        torch.tensor([p.top_p]))[0].cpu()
+                tok = int(torch.multinomial(probs, 1, generator=r.gen))
+            toks.append(d[:n] + [tok])
+            n_acc.append(n)
+        return toks, n_acc
+
     def _verify_sampled(
         self, reqs: list[_Request], drafts: list[list[int]], logits: Tensor, first: list[int],
         toks: list[list[int]], n_acc: list[int], where: list[int],
@@ -427,8 +472,8 @@ class Engine:
             if d:
                 draft_t[i, : len(d)] = torch.tensor(d)
             # each request's own generator: a seed reproduces it in any batch
-            uniform[i, : len(d)] = torch.rand(len(d), generator=r.gen)
-            noise[i, : len(d) + 1] = torch.empty(len(d) + 1, V).exponential_(generator=r.gen)
+            uniform[i, : len(d)] = torch.rand(len(d), generator=r.gen, device="cpu")
+            noise[i, : len(d) + 1] = torch.empty(len(d) + 1, V, device="cpu").exponential_(generator=r.gen)
         greedy = torch.zeros(B, dtype=torch.bool)
         out, n = rejection_sample(draft_t, num_draft, probs, None, greedy, uniform, noise)
         n_list = n.tolist()

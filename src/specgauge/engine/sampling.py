@@ -30,8 +30,8 @@ class SamplingParams(BaseModel):
 
 def make_generator(seed: int | None) -> torch.Generator:
     """A per-request generator: seeded -> reproducible, else seeded from the global RNG."""
-    g = torch.Generator()
-    g.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+    g = torch.Generator(device="cpu")  # on the CPU whatever the engine's device (its draws are copied over)
+    g.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,), device="cpu").item()))
     return g
 
 

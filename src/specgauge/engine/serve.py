@@ -28,6 +28,7 @@ def build_app(
     per_request_spec_decode_metrics: str | None = None,
     max_request_bytes: int = 1 << 20,
     num_threads: int | None = None,
+    device: str = "cpu",
 ) -> Any:
     """The FastAPI app for ``model_dir`` (a Hugging Face directory with tokenizer files)."""
     import torch
@@ -43,7 +44,7 @@ def build_app(
         speculative_config = SpeculativeConfig.from_json(speculative_config)
     if num_threads:
         torch.set_num_threads(num_threads)
-    engine = Engine(model_dir, speculative_config, max_batch=max_batch, max_model_len=max_model_len, dtype=dtype)
+    engine = Engine(model_dir, speculative_config, max_batch=max_batch, max_model_len=max_model_len, dtype=dtype, device=device)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     settings = ServerSettings(
         model_name=served_model_name or default_served_name(model_dir), api_key=api_key, max_request_bytes=max_request_bytes,

@@ -25,6 +25,24 @@ def torch_dtype(name: str | torch.dtype) -> torch.dtype:
     return getattr(torch, name)
 
 
+def torch_device(name: str | torch.device) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N``: the one check of the device the engine and its drafters run on
+    (a clear one-line error where torch sees no such device)."""
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {name!r} not supported; use cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r} not supported; use cpu, cuda or cuda:N")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "it was built without CUDA" if torch.version.cuda is None else "it finds no GPU"
+            raise ValueError(f"device {name!r}: no CUDA device is visible to torch {torch.__version__} ({why}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
 def read_safetensors(
     model_dir: Path, error: type[Exception] = ModelLoadError, hint: str = " (pytorch_model.bin is not read)"
 ) -> dict[str, Tensor]:
@@ -45,10 +63,19 @@ def _interleave_halves(w: Tensor, head_dim: int) -> Tensor:
     return w.reshape(-1, 2, head_dim // 2, *shape[1:]).transpose(1, 2).reshape(shape)
 
 
+#: a ``config.json`` key: a directory without weights gets random ones, seeded (``{"seed": 0}``) — for
+#: measuring a model shape's step cost (benchmarks/gpu), never for its outputs
+RANDOM_WEIGHTS_KEY = "specgauge_random_weights"
+
+
 def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Transformer:
-    """Load a Llama / Qwen2 / Qwen3 checkpoint into the lean :class:`Transformer` (eval mode)."""
+    """Load a Llama / Qwen2 / Qwen3 checkpoint into the lean :class:`Transformer` (eval mode), on torch's
+    default device (the engine enters ``with torch.device(...)`` around it)."""
     model_dir = Path(model_dir)
     a = ModelArgs.from_dir(model_dir)
+    random_init = _random_weights(model_dir)
+    if random_init is not None:
+        return _random_model(a, dtype, int(random_init.get("seed", 0)))
     sd = read_safetensors(model_dir)
     sd = {k.removeprefix("model."): v for k, v in sd.items()}
 
@@ -86,9 +113,33 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Tra
     model.load_state_dict(new, strict=True, assign=True)
     inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
     model.inv_freq = inv.float()
+    model = model.to(device=torch.get_default_device(), dtype=dtype)
+    model.inv_freq = model.inv_freq.float()
+    return model.eval()
+
+
+def _random_weights(model_dir: Path) -> dict | None:
+    """The directory's ``RANDOM_WEIGHTS_KEY`` settings when it asks for random weights and holds none."""
+    import json
+
+    if any(model_dir.glob("*.safetensors")):
+        return None
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    v = cfg.get(RANDOM_WEIGHTS_KEY)
+    return (v if isinstance(v, dict) else {}) if v else None
+
+
+def _random_model(a: ModelArgs, dtype: torch.dtype, seed: int) -> Transformer:
+    """Random weights made where the model runs (8 B parameters in seconds on a GPU), the same for a seed
+    on the same device and torch: every server of one shape answers a greedy request alike."""
+    torch.manual_seed(seed)
+    model = Transformer(a)  # parameters on the default device, torch's default initialisation
     model = model.to(dtype)
     model.inv_freq = model.inv_freq.float()
     return model.eval()
 
 
-__all__ = ["load_model", "torch_dtype"]
+__all__ = ["RANDOM_WEIGHTS_KEY", "load_model", "torch_device", "torch_dtype"]

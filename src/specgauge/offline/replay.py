@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from specgauge.config import SpeculativeConfig
+from specgauge.config import ACCEPTANCE_KEYS, SpeculativeConfig
 from specgauge.drafters.base import (
     Drafter,
     ReplayTrace,
@@ -166,7 +166,8 @@ class MethodSpec(BaseModel):
     def from_config(cls, cfg: SpeculativeConfig, kind: str | None = None) -> MethodSpec:
         """The method of a parsed vLLM ``--speculative-config`` (its k is the caller's)."""
         kind = kind or str(cfg.method)
-        opts = {k: v for k, v in cfg.model_dump().items() if v is not None and k not in ("method", "num_speculative_tokens")}
+        skip = ("method", "num_speculative_tokens", *ACCEPTANCE_KEYS)  # the acceptance rule is not the drafter's
+        opts = {k: v for k, v in cfg.model_dump().items() if v is not None and k not in skip}
         return cls(label=f"{kind}:{Path(cfg.model).name}" if cfg.model else kind, kind=kind, options=opts)
 
     @property

@@ -182,16 +182,27 @@ def _collect_rows(cal: Calibration, sampled_ids: Set[str] | None) -> None:
     replay = cal.replay
     for rd in cal.runs:
         traces = None
-        if replay is not None and rd.method is not None:
+        rates = synthetic_rates(rd.cell.speculative_config)
+        if rates:  # the server drew its acceptance: the steps come from its own per-step counts, not the replay
+            cal.checks[rd.name] = {"synthetic_acceptance_rates": rates}
+        elif replay is not None and rd.method is not None:
             traces, cal.checks[rd.name] = best_traces(replay, rd, cal.runs)
         sampled = sampled_ids if sampled_ids is not None else replay.sampled_ids() if replay is not None else frozenset()
         rows, _ = build_rows(rd, traces, sampled,
-                             replay.live(rd.cell.speculative_config) if replay is not None else None)
+                             replay.live(rd.cell.speculative_config) if replay is not None and not rates else None)
         cal.notes += _row_notes(rd.name, rows)
         if rows.y:
             cal.rows.append(rows)
     if not cal.rows:
         raise ProfileError("no calibration run had a request usable for the fit: " + "; ".join(cal.notes))
+
+
+def synthetic_rates(spec: dict[str, Any] | None) -> list[float]:
+    """The per-position unconditional acceptance rates of a synthetic config ([] for any other)."""
+    from specgauge.predict.replay import resolve_spec
+
+    cfg = resolve_spec(spec)[2]
+    return cfg.synthetic_rates() if cfg is not None else []
 
 
 def _row_notes(name: str, rows: Rows) -> list[str]:
@@ -340,6 +351,7 @@ def _profile(cal: Calibration, fits: dict[str, ShapeFit], final: FinalFit, boot:
     if refused:
         cal.notes.append(en("predict.n.refused_cal", n=len(refused["ids"]), why=refused["why"]))
     measured = fit_summary.measured_range(cal.rows, final.shape, cal.concs, cal.ks_of)
+    measured.hidden_host_bound = fit_summary.hidden_host_bound(cal.rows, final.shape, final.names, final.params)
     prov = fit_summary.provenance(cal.runs, cal.checks, refused)
     return StepCostProfile(params=final.params, shape=final.shape, alternatives=alternatives, param_names=final.names,
                            bootstrap=boot, residuals=residuals, measured=measured, replay_checks=cal.checks,

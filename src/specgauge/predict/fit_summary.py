@@ -15,9 +15,9 @@ import numpy as np
 
 from specgauge import __version__
 from specgauge.i18n import en
-from specgauge.predict.law import StepTable
+from specgauge.predict.law import KNEE, StepTable, is_model_method, method_kind, param_vector, step_durations
 from specgauge.predict.observe import Rows, RunData
-from specgauge.predict.profile import MeasuredRange
+from specgauge.predict.profile import HostBound, MeasuredRange
 
 
 def measured_range(rows: Sequence[Rows], shape: str, concs: list[int], ks_of: dict[str, list[int]]) -> MeasuredRange:
@@ -31,6 +31,29 @@ def measured_range(rows: Sequence[Rows], shape: str, concs: list[int], ks_of: di
         concurrencies=concs,
         methods=ks_of,
     )
+
+
+def hidden_host_bound(rows: Sequence[Rows], shape: str, names: Sequence[str], params: Mapping[str, float]) -> dict[str, HostBound]:
+    """Per model-free method whose overlapping host proposer the fit did not find (no ``host_par[m]``):
+    the largest cost per request per step that stays hidden in every calibrated decode step of it —
+    min over those steps of (the law's step time) / (batch). Larger and some step would have shown it
+    (``law``: ``T = max(L, host_par · B + host_par0)``; the worst case at a larger batch has host_par0 = 0)."""
+    theta = param_vector(dict(params), list(names))
+    knee = params.get(KNEE)
+    per: dict[str, float] = {}
+    top: dict[str, float] = {}
+    for r in rows:
+        for kind, tab in zip(r.kind, r.tables, strict=True):
+            m = method_kind(tab.method)
+            if kind != "decode" or m is None or is_model_method(m) or f"host_par[{m}]" in params or not len(tab):
+                continue
+            busy = tab.batch > 0
+            if not busy.any():
+                continue
+            dur = step_durations(tab, shape, list(names), theta, knee)
+            per[m] = min(per.get(m, float("inf")), float((dur[busy] / tab.batch[busy]).min()))
+            top[m] = max(top.get(m, 0.0), float(tab.batch.max()))
+    return {m: HostBound(per_request=h, max_batch=top[m]) for m, h in per.items()}
 
 
 def acceptance_notes(runs: Sequence[RunData], checks: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -156,6 +156,7 @@ class StepTable:
     sampled: np.ndarray | None = None  # (S,) sampled (T > 0) requests in the decode batch (None: all greedy)
     sampled_verify: np.ndarray | None = None  # (S,) of which had drafts to verify
     sampled_drafted: np.ndarray | None = None  # (S,) Σ drafted tokens of the sampled ones
+    k_steps: np.ndarray | None = None  # (S,) each step's proposal length when it changes per step (None: ``k``)
 
     def _col(self, name: str) -> np.ndarray:
         v = getattr(self, name)
@@ -198,11 +199,12 @@ class StepTable:
         m = method_kind(self.method)
         if m is not None:
             if m in MODEL_METHODS:
-                kpos = np.where(self.batch > 0, float(self.k), 0.0)
+                kk = np.full(len(self), float(self.k)) if self.k_steps is None else self.k_steps.astype(float)
+                kpos = np.where(self.batch > 0, kk, 0.0)
                 cols[f"draft_step[{m}]"] = kpos
                 cols[f"draft_req[{m}]"] = kpos * self.batch
                 cols[f"draft_prefill[{m}]"] = self.prefill_tokens.astype(float)
-                cols[f"draft_fixed[{m}]"] = np.where(self.batch > 0, 1.0, 0.0) if self.k else np.zeros(len(self))
+                cols[f"draft_fixed[{m}]"] = np.where((self.batch > 0) & (kk > 0), 1.0, 0.0)
             else:
                 cols[f"host[{m}]"] = self.batch.astype(float)
                 cols[f"host_step[{m}]"] = (self.batch > 0).astype(float)

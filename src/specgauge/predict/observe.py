@@ -277,9 +277,54 @@ def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref
     mine = live(rec) if live is not None else None
     if mine is not None and _trace_matches(mine, rec, s, None if merged else tokens):
         return obs(mine.drafted.astype(float), True), "replay of its live tokens"
+    acc = _spec_dict(rec).get("per_step_accepted")
+    if isinstance(per, list) and isinstance(acc, list) and len(per) == len(acc) < s and not merged:
+        placed = place_drafting_steps(per, acc, gtok[1:])  # steps without a draft are not in vLLM's lists
+        if placed is not None:
+            drafted, unique = placed
+            return obs(drafted, unique), "server per-step" if unique else "server per-step, placed by tokens"
     if rec.spec is not None and rec.spec.draft_tokens is not None and s > 0:
         return obs(np.full(s, rec.spec.draft_tokens / s), False), "request mean"
     return None, "no drafted-token count (run the server with --per-request-spec-decode-metrics)"
+
+
+def place_drafting_steps(drafted: Sequence[int], accepted: Sequence[int], step_tokens: np.ndarray) -> tuple[np.ndarray, bool] | None:
+    """Drafted tokens per decode step from vLLM's per-step lists, which skip the steps that drafted
+    nothing: drafting step j emits ``accepted[j] + 1`` tokens (fewer at the output's end), any other step
+    one. ``step_tokens`` (S,): tokens each decode step emitted (one chunk per step). Returns (drafted per
+    step, whether that placement is the only one the token counts allow) or None when none fits. A draft
+    that accepted nothing and a step without a draft both emit one token; where they could trade places
+    the drafts go to the earliest steps (the request's own row sums them the same either way).
+
+        tokens [1, 3, 1, 1], lists drafted [4, 4], accepted [2, 0]:
+        the 3-token step is draft 0; draft 1 (one token) is step 2 or step 3 -> steps [0, 4, 4, 0], not unique
+    """
+    t = np.asarray(step_tokens, dtype=np.int64)
+    S, m = len(t), len(drafted)
+    a1 = np.asarray(accepted, dtype=np.int64) + 1
+    if m > S:
+        return None
+
+    def fits(s: int) -> np.ndarray:  # (m,) draft j can be step s
+        return (a1 == t[s]) | ((s == S - 1) & (a1 >= t[s]))
+
+    # ways[s][j]: placements of drafts j.. on steps s.. (capped at 2), filled from the end
+    ways = np.zeros((S + 1, m + 1), dtype=np.int64)
+    ways[S, m] = 1
+    for s in range(S - 1, -1, -1):
+        nxt = ways[s + 1]
+        w = nxt.copy() if t[s] == 1 else np.zeros(m + 1, dtype=np.int64)
+        w[:m] += np.where(fits(s), nxt[1:], 0)
+        ways[s] = np.minimum(w, 2)
+    if ways[0, 0] == 0:
+        return None
+    out = np.zeros(S)
+    j = 0
+    for s in range(S):
+        if j < m and fits(s)[j] and ways[s + 1, j + 1] > 0:
+            out[s] = drafted[j]
+            j += 1
+    return out, bool(ways[0, 0] == 1)
 
 
 def _nearest(grid: np.ndarray, t: np.ndarray) -> np.ndarray:

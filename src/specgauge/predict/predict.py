@@ -10,11 +10,13 @@ The band: the same two schedules timed with every bootstrap refit of the law (pa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specgauge.config import schedule_k
 from specgauge.i18n import en
 from specgauge.predict.law import (
     KNEE,
@@ -27,7 +29,7 @@ from specgauge.predict.law import (
     step_durations,
 )
 from specgauge.predict.profile import StepCostProfile
-from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
+from specgauge.predict.replay import ADAPTIVE_KEY, WorkloadReplay, prior_requests, resolve_spec
 from specgauge.predict.schedule import (
     PlannedRequest,
     Schedule,
@@ -37,6 +39,14 @@ from specgauge.predict.schedule import (
 from specgauge.predict.types import CellPrediction, CellSpec
 
 StepFn = Callable[..., float]
+#: vLLM's per-batch-size proposal length in a speculative config (a list of [first batch, last batch, k])
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
+def per_step_k(spec: dict[str, Any] | None) -> bool:
+    """Whether a config's drafts per step are not one k's trace: a per-batch-size schedule, or verification
+    lengths the server picks per request (``replay.ADAPTIVE_KEY``): simulated from every position's proposal."""
+    return bool(spec and (spec.get(SCHEDULE_KEY) or spec.get(ADAPTIVE_KEY)))
 
 
 def step_function(params: dict[str, float], shape: str, method: str | None, k: int) -> StepFn:
@@ -81,8 +91,18 @@ class _Side:
         self.shape = shape or prof.shape
         params = params or prof.params
         ell = float(params.get("ell", 0.0))
-        self.sched: Schedule = simulate_schedule(reqs, concurrency, step_function(params, self.shape, method, k), ell,
-                                                 method, k, max_batch)
+        sched = (spec or {}).get(SCHEDULE_KEY)
+        # adaptive verification: the positions carry each step's verified length; k stays the cap
+        k_of = (lambda b: schedule_k(sched, b)) if sched else (lambda b: k) if per_step_k(spec) else None
+        laws: dict[int, StepFn] = {}
+
+        def at_k(kk: int) -> StepFn:
+            if kk not in laws:
+                laws[kk] = step_function(params, self.shape, method, kk)
+            return laws[kk]
+
+        self.sched: Schedule = simulate_schedule(reqs, concurrency, at_k(k), ell, method, k, max_batch, k_of,
+                                                 at_k if k_of is not None else None)
         names = list(prof.param_names or params)
         knee = params.get(KNEE)
         tab = self.sched.steps
@@ -142,8 +162,10 @@ def predict_cells(
         base = baselines[c]
         earlier = sorted(set(order[cell.label])).index(c) if reused_server else 0
         earlier = (earlier_runs or {}).get((cell.label, c), earlier)
-        reqs = replay.planned(cell.speculative_config, prior_requests(len(replay.requests), warmup, earlier),
-                              bool(profile.provenance.get("sampled_outputs_repeat")))
+        prior = prior_requests(len(replay.requests), warmup, earlier)
+        reqs = replay.planned(cell.speculative_config, prior, bool(profile.provenance.get("sampled_outputs_repeat")))
+        if per_step_k(cell.speculative_config):  # k per step: every position's proposal
+            reqs = [replace(r, positions=pt) for r, pt in zip(reqs, replay.positions(cell.speculative_config, prior), strict=True)]
         side = base if not cell.speculative_config else _Side(profile, reqs, cell.speculative_config, c, mb)
         out.append(_prediction(profile, cell, side, base, reqs, base_reqs, replay.notes))
     return out
@@ -168,13 +190,28 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
     nf = steps.n_forward(side.shape)[dec].astype(float)
     beyond, pess, what = _beyond(prof, side)
     extrapolated = beyond > BEYOND_SHARE
+    unidentified: list[str] = []
+    base_rate = base.tokens.sum() / base.e2e.sum()
     if beyond > 0:
         notes.append(en("predict.n.extrapolated" if extrapolated else "predict.n.slightly", pct=f"{100 * beyond:.0f}", what=what))
     if extrapolated and pess is not None:
         _, _, e_p = timeline(side.sched, pess, float(prof.params.get("ell", 0.0)))
-        sp = float((tok.sum() / e_p.sum()) / (base.tokens.sum() / base.e2e.sum()))
+        sp = float((tok.sum() / e_p.sum()) / base_rate)
         low = min(low if low is not None else speedup, sp)
         high = high if high is not None else speedup
+        if sp < speedup * (1 - UNIDENTIFIED_SHIFT):
+            unidentified.append(KNEE)
+    hidden = _unseen_host(prof, side, base_rate)
+    if hidden is not None:
+        m, h, sp = hidden
+        if sp < speedup * (1 - UNIDENTIFIED_SHIFT):
+            unidentified.append(f"host_par[{m}]")
+            low = min(low if low is not None else speedup, sp)
+            high = high if high is not None else speedup
+            notes.append(en("predict.n.host_unseen", method=m, us=f"{h * 1e6:.3g}", b=int(side.sched.steps.batch.max()),
+                            lo=f"{sp:.3f}", c=cell.concurrency))
+    if KNEE in unidentified:
+        notes.append(en("predict.n.knee_unseen", lo=f"{low:.3f}", c=cell.concurrency))
     if extrapolated:
         notes.append(en("predict.n.band_other"))
         for other, alt in prof.alternatives.items():
@@ -188,9 +225,12 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
     multi = side.tokens > 1
     tpot = (side.e2e[multi] - side.ttft[multi]) / (side.tokens[multi] - 1)
     span = float((side.send + side.e2e).max(initial=0.0))  # first send (t = 0) to the last response's end
-    dr = sum(int(r.drafted.sum()) for r in reqs) if method else 0
-    ac = sum(int(r.accepted.sum()) for r in reqs) if method else 0
-    drafts = sum(int((r.drafted > 0).sum()) for r in reqs) if method else 0
+    if steps.k_steps is not None:  # k changed per step: the simulated steps, not one k's trace (no per-draft count)
+        dr, ac, drafts = int(steps.drafted_sum.sum()), int((steps.emitted - steps.batch).clip(min=0).sum()), 0  # type: ignore[operator]
+    else:
+        dr = sum(int(r.drafted.sum()) for r in reqs) if method else 0
+        ac = sum(int(r.accepted.sum()) for r in reqs) if method else 0
+        drafts = sum(int((r.drafted > 0).sum()) for r in reqs) if method else 0
     return CellPrediction(
         label=cell.label, method=method, k=k, concurrency=cell.concurrency,
         speedup=speedup, speedup_low=low, speedup_high=high,
@@ -199,8 +239,29 @@ def _prediction(prof: StepCostProfile, cell: CellSpec, side: _Side, base: _Side,
         throughput_tok_s=float(side.tokens.sum() / span) if span > 0 else None,
         acceptance_rate=ac / dr if dr else None, mean_acceptance_length=1 + ac / drafts if drafts else None,
         tokens_per_forward=float(nf.mean()) if nf.size else None, extrapolated=extrapolated, beyond_range=beyond,
-        notes=notes,
+        unidentified=unidentified, notes=notes,
     )
+
+
+#: an unidentified term counts for a cell when its worst case moves the speedup by more than this share
+UNIDENTIFIED_SHIFT = 0.02
+
+
+def _unseen_host(prof: StepCostProfile, side: _Side, base_rate: float) -> tuple[str, float, float] | None:
+    """A model-free method whose host proposer the calibration never saw set a step: (method, the
+    largest cost per request it could have kept hidden there, the speedup if it costs that much — every
+    step past the calibrated batch at least ``h · B``). None when the fit found the proposer, the method
+    has none, or no predicted step lies past the batch it was calibrated at."""
+    m = method_kind(side.method)
+    hb = prof.measured.hidden_host_bound.get(m or "")
+    if hb is None or m is None or f"host_par[{m}]" in prof.params:
+        return None
+    b = side.sched.steps.batch.astype(float)
+    host = np.where(b > hb.max_batch, hb.per_request * b, 0.0)  # up to its calibrated batch, the data saw it hidden
+    if not (host > side.durations).any():
+        return None
+    _, _, e = timeline(side.sched, np.maximum(side.durations, host), float(prof.params.get("ell", 0.0)))
+    return m, hb.per_request, float((side.tokens.sum() / e.sum()) / base_rate)
 
 
 #: a cell whose predicted time lies past the measured range by more than this share is "extrapolated"

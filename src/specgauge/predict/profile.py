@@ -19,6 +19,13 @@ from specgauge.predict.types import ProfileError
 KIND = "specgauge.step_cost_profile"
 
 
+class HostBound(BaseModel):
+    """A host proposer that never set a calibrated step of its method (law: ``host_par``)."""
+
+    per_request: float  #: the largest cost per request per step (s) that every calibrated step could have hidden
+    max_batch: float  #: the largest decode batch among those steps: past it the proposer could set the step
+
+
 class MeasuredRange(BaseModel):
     """What the calibration runs covered; predictions outside it are extrapolations."""
 
@@ -27,6 +34,9 @@ class MeasuredRange(BaseModel):
     max_batch: float = 0.0  #: largest decode batch seen in a step
     concurrencies: list[int] = Field(default_factory=list)
     methods: dict[str, list[int]] = Field(default_factory=dict)  #: method -> calibrated k values
+    #: model-free method whose overlapping host proposer the fit did not find -> what the data allow it to be
+    #: (``predict`` widens bands with it past the batch the method was calibrated at)
+    hidden_host_bound: dict[str, HostBound] = Field(default_factory=dict)
 
 
 class StepCostProfile(BaseModel):

@@ -35,12 +35,14 @@ from specgauge.offline.replay import (
     replayed_request,
 )
 from specgauge.predict.law import is_model_method, method_kind
-from specgauge.predict.schedule import PlannedRequest
+from specgauge.predict.schedule import PlannedRequest, PositionTrace
 from specgauge.predict.types import ProfileError
 from specgauge.workload.plan import plan_cycle
 
 #: teacher-forced accepted runs are computed capped at this k at least (one pass serves k <= it)
 WHOLE_OUTPUT_KMAX = 8
+#: vLLM's switch for verification lengths chosen per request from a confidence (DSpark; ``positions``)
+ADAPTIVE_KEY = "enable_adaptive_verification"
 
 
 @dataclass
@@ -117,6 +119,7 @@ class WorkloadReplay:
         base = [LoggedRequest(r.id, r.id, r.prompt_ids, r.output_ids, r.exact, r.greedy) for r in reqs]
         self.requests = plan_cycle(base, num_prompts, lambda b, rid: replace(b, id=rid), lambda b: b.id)
         self._cache: dict[str, list[PlannedRequest]] = {}
+        self._pos_cache: dict[str, list[PositionTrace]] = {}
         self._runs: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
 
     def seed(self, spec: dict[str, Any] | None, traces: Sequence[ReplayTrace]) -> None:
@@ -175,6 +178,63 @@ class WorkloadReplay:
             out.append(self._planned(r, tr))
         return out
 
+    def positions(self, spec: dict[str, Any], prior: Sequence[int] = ()) -> list[PositionTrace]:
+        """Every planned request's proposal at every output position under ``spec`` (its k the largest),
+        in plan order (``schedule.PositionTrace``). A whole-output drafter (a draft model) gives them
+        from its one pass; any other drafter is called at each position in turn (for a stateful one,
+        suffix decoding, that call order is not the server's: its cache learns the same requests, but
+        a request's own tree sees every position — the figure is the replay's, not a bound). ``prior``:
+        as ``planned``."""
+        method, k, cfg = resolve_spec(spec)
+        if method is None or cfg is None:
+            raise ProfileError("positions: a speculative config is needed")
+        prior = tuple(prior) if is_stateful(method) else ()
+        key = "positions" + _cache_key(spec, prior, False)
+        if key not in self._pos_cache:
+            self._pos_cache[key] = self._positions(spec, method, k, cfg, prior)
+        return self._pos_cache[key]
+
+    def _positions(self, spec: dict[str, Any], method: str, k: int, cfg: SpeculativeConfig,
+                   prior: tuple[int, ...]) -> list[PositionTrace]:
+        mspec = MethodSpec.from_config(cfg, method)
+        if spec.get(ADAPTIVE_KEY):
+            return self._adaptive_positions(mspec, method, k, spec)
+        if offers_whole_output(method):
+            runs = self._whole_output_runs(mspec, k, spec)
+            out_w = []
+            for r in self.requests:
+                n = len(r.output_ids)
+                out_w.append(PositionTrace(np.full(n, k, dtype=np.int64), np.minimum(runs[r.base_id][:n], k).astype(np.int64)))
+            return out_w
+        mr = self._method(mspec, k, spec)
+        for n, i in enumerate(prior):  # what the server's drafter learned before this run (as ``_replay``)
+            r = self.requests[i % len(self.requests)]
+            if r.greedy:
+                mr.traces(f"{r.id}~prior{n}", "the server's earlier requests", r.prompt_ids, r.output_ids)
+        drafter = mr.drafters()[k]
+        seen: dict[str, PositionTrace] = {}
+        out: list[PositionTrace] = []
+        for r in self.requests:
+            if not mr.stateful and r.base_id in seen:
+                out.append(seen[r.base_id])
+                continue
+            seen[r.base_id] = pt = _every_position(drafter, r.id, r.prompt_ids, r.output_ids, k)
+            out.append(pt)
+        return out
+
+    def _adaptive_positions(self, mspec: MethodSpec, method: str, k: int, spec: dict[str, Any]) -> list[PositionTrace]:
+        """The seam for verification lengths a server picks per request (DSpark's
+        ``enable_adaptive_verification``: vLLM verifies fewer than k drafts where the head's confidence is
+        low). A drafter that replays it offers ``adaptive_positions(prompt_ids, output_ids, kmax) ->
+        PositionTrace`` (per output position: the drafts verified after the cut, and how many the output
+        continues); none in the registry does yet, and then this says so."""
+        model = self._method(mspec, k, spec).model if offers_whole_output(method) else None
+        fn = getattr(model, "adaptive_positions", None)
+        if fn is None:
+            raise ProfileError(f"speculative config {json.dumps(spec)}: no replay of adaptive verification for {method} "
+                               "(its drafter offers no adaptive_positions)")
+        return [fn(r.prompt_ids, r.output_ids, k) for r in self.requests]
+
     @staticmethod
     def _method(mspec: MethodSpec, k: int, spec: dict[str, Any] | None) -> MethodReplay:
         try:
@@ -208,6 +268,7 @@ class WorkloadReplay:
         if n:
             self.requests = keep
             self._cache.clear()
+            self._pos_cache.clear()
         return n
 
     def live(self, spec: dict[str, Any] | None) -> Any:
@@ -239,6 +300,25 @@ class WorkloadReplay:
 
     def by_id(self, spec: dict[str, Any] | None, prior: Sequence[int] = (), sampled_repeat: bool = False) -> dict[str, PlannedRequest]:
         return {p.id: p for p in self.planned(spec, prior, sampled_repeat)}
+
+
+def _every_position(drafter: Any, rid: str, prompt: list[int], out: list[int], k: int) -> PositionTrace:
+    """One request's proposal at every output position 1..L-1 (``begin``, a ``propose`` per position on
+    the logged history, ``end``): what a step starting there drafts, and how much of it the output continues."""
+    n = len(out)
+    drafted = np.zeros(n, dtype=np.int64)
+    accepted = np.zeros(n, dtype=np.int64)
+    drafter.begin(rid, prompt)
+    history = list(prompt) + out[:1]
+    for pos in range(1, n):
+        d = list(drafter.propose(rid, history, k))[:k]
+        a = 0
+        while a < len(d) and pos + a < n and d[a] == out[pos + a]:
+            a += 1
+        drafted[pos], accepted[pos] = len(d), a
+        history.append(out[pos])
+    drafter.end(rid, out)
+    return PositionTrace(drafted, accepted)
 
 
 def _cache_key(spec: dict[str, Any] | None, prior: tuple[int, ...], sampled_repeat: bool) -> str:

@@ -27,6 +27,28 @@ from specgauge.predict.law import StepTable
 
 
 @dataclass
+class PositionTrace:
+    """What a deterministic drafter proposes for one logged output at every position, not only at the
+    positions one k's steps reach: index p is a decode step that starts with p output tokens emitted
+    (0 unused: output token 0 comes from the prefill). ``drafted[p]``: tokens proposed at the largest k;
+    ``accepted[p]``: how many of them the logged output continues with. A step at p with proposal
+    length k' <= that k drafts ``min(drafted[p], k')`` and accepts ``min(accepted[p], k')`` — a greedy
+    chain of k' tokens is the first k' tokens of the longer one — so steps whose k changes with the
+    batch (vLLM's ``num_speculative_tokens_per_batch_size``) or whose acceptance is drawn (synthetic
+    acceptance) follow from one table."""
+
+    drafted: np.ndarray  # (L,) int
+    accepted: np.ndarray  # (L,) int
+
+    def at(self, pos: int, k: int) -> tuple[int, int]:
+        """(drafted, accepted) of a step at output position ``pos`` with proposal length ``k``."""
+        if pos >= len(self.drafted):
+            return 0, 0
+        d = min(int(self.drafted[pos]), k)
+        return d, min(int(self.accepted[pos]), d)
+
+
+@dataclass
 class PlannedRequest:
     """One request of the run: its prompt size and the decode steps replay says it takes."""
 
@@ -36,6 +58,8 @@ class PlannedRequest:
     drafted: np.ndarray  #: (decode steps,) tokens proposed at each decode step
     accepted: np.ndarray  #: (decode steps,) of which the target kept
     greedy: bool = True  #: temperature 0 (the live output equals the logged one)
+    #: every position's proposal (``PositionTrace``), for a run whose k changes per step; None: the steps above
+    positions: PositionTrace | None = None
 
 
 @dataclass
@@ -67,6 +91,8 @@ class _ClosedLoop:
         self.wake: list[int] = []
         self.drafted = [r.drafted.tolist() for r in reqs]
         self.accepted = [r.accepted.tolist() for r in reqs]
+        self.positions = [r.positions for r in reqs]
+        self.k_step: int | None = None  #: this step's proposal length when it changes per step (positions)
         self.prompt = [int(r.prompt_tokens) for r in reqs]
         self.sampled = [not r.greedy for r in reqs]
         self.out_len = [int(r.output_tokens) for r in reqs]
@@ -95,11 +121,20 @@ class _ClosedLoop:
             admitted.append(self.waiting.popleft())
         return admitted, woke
 
+    def draft(self, i: int) -> tuple[int, int]:
+        """(drafted, accepted) of request i's step now: its next replayed step, or — when k changes per
+        step — its proposal at the position it has reached, at this step's k."""
+        if self.k_step is None:
+            return self.drafted[i][self.pos[i]], self.accepted[i][self.pos[i]]
+        pt = self.positions[i]
+        assert pt is not None, "a per-step k needs every request's PositionTrace"
+        return pt.at(self.emitted[i], self.k_step)
+
     def row(self, admitted: Sequence[int]) -> tuple[int, ...]:
         """This step's row of the law's inputs (``COLUMNS``)."""
         dsum = dmax = ctx = emit = smp = sver = sdr = 0
         for i in self.running:
-            d = self.drafted[i][self.pos[i]]
+            d, a = self.draft(i)
             dsum += d
             dmax = max(dmax, d)
             if self.sampled[i]:
@@ -107,7 +142,7 @@ class _ClosedLoop:
                 sver += d > 0
                 sdr += d
             ctx += self.prompt[i] + self.emitted[i]
-            emit += min(self.accepted[i][self.pos[i]] + 1, self.out_len[i] - self.emitted[i])
+            emit += min(a + 1, self.out_len[i] - self.emitted[i])
         ptok = sum(self.prompt[i] for i in admitted)
         return len(self.running), dsum, dmax, ctx, ptok, len(admitted), emit, smp, sver, sdr
 
@@ -116,7 +151,7 @@ class _ClosedLoop:
         finished: list[int] = []
         still: list[int] = []
         for i in self.running:
-            e = self.emitted[i] + min(self.accepted[i][self.pos[i]] + 1, self.out_len[i] - self.emitted[i])
+            e = self.emitted[i] + min(self.draft(i)[1] + 1, self.out_len[i] - self.emitted[i])
             self.emitted[i] = e
             self.pos[i] += 1
             (finished if e >= self.out_len[i] else still).append(i)
@@ -138,15 +173,24 @@ class _ClosedLoop:
 def simulate_schedule(
     reqs: Sequence[PlannedRequest], concurrency: int, step_seconds: Callable[..., float],
     ell: float, method: str | None = None, k: int = 0, max_batch: int | None = None,
+    k_of: Callable[[int], int] | None = None, step_at_k: Callable[[int], Callable[..., float]] | None = None,
 ) -> Schedule:
     """Run the closed loop once. ``step_seconds(B, drafted_sum, drafted_max, context, prefill_tokens,
-    prefill_reqs, emitted, sampled, sampled_verify, sampled_drafted)`` is the law for this server config."""
+    prefill_reqs, emitted, sampled, sampled_verify, sampled_drafted)`` is the law for this server config.
+    ``k_of``: a proposal length per step from the requests it schedules (prefills included, as vLLM's
+    ``num_speculative_tokens_per_batch_size`` keys it); every request then needs its ``positions``, and
+    ``step_at_k(k)`` gives the law at that step's k (a draft model's forwards grow with it)."""
     loop = _ClosedLoop(reqs, concurrency, ell, max_batch)
+    ks: list[int] = []
     s = 0
     while loop.done < loop.n:
         admitted, woke = loop.admit()
+        if k_of is not None:
+            loop.k_step = max(0, min(k, k_of(len(loop.running) + len(admitted))))
+            ks.append(loop.k_step)
         row = loop.row(admitted)
-        dur = step_seconds(*row)
+        fn = step_at_k(loop.k_step) if step_at_k is not None and loop.k_step is not None else step_seconds
+        dur = fn(*row)
         for c, v in zip(loop.cols.values(), row, strict=True):
             c.append(v)
         loop.wake.append(woke)
@@ -155,7 +199,7 @@ def simulate_schedule(
         s += 1
     arr = [np.asarray(v, dtype=np.int64) for v in loop.cols.values()]
     table = StepTable(*arr[:6], method=method, k=k, emitted=arr[6], sampled=arr[7], sampled_verify=arr[8],
-                      sampled_drafted=arr[9])
+                      sampled_drafted=arr[9], k_steps=np.asarray(ks, dtype=np.int64) if k_of is not None else None)
     i64 = np.int64
     return Schedule(table, np.asarray(loop.wake, dtype=i64), np.asarray(loop.send_after, dtype=i64), np.asarray(loop.first, dtype=i64),
                     np.asarray(loop.last, dtype=i64), np.asarray(loop.out_len, dtype=i64), [r.id for r in reqs])

@@ -44,4 +44,9 @@ class CellPrediction(BaseModel):
     #: (tokens through a forward, batch size): the law's shape there was not measured
     extrapolated: bool = False
     beyond_range: float | None = None  #: share of the predicted step time past the measured range
+    #: terms of the law the calibration did not identify and that move this cell's speedup by more than
+    #: ``predict.UNIDENTIFIED_SHIFT`` within what the data allow (``host_par[suffix]``: a host proposer that
+    #: stayed hidden in every calibrated step; ``knee``: a forward past the largest calibrated one); the
+    #: band's low end is the worst case they allow, and a recommendation never chooses the cell on it
+    unidentified: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)

@@ -177,9 +177,15 @@ def recommend(options: Sequence[Option], concurrencies: Sequence[int], *, source
     rec.speculative_config = spec
     rec.flags = render_flags(spec, s.model)
     for b, mb in zip(bands, mbands):
-        if b.option is not None and (mb.option is None or b.option.label != mb.option.label):
-            rec.notes.append(f"at concurrency {b.concurrency} {b.option.text()} was the best choice; one server runs one method, "
-                             f"so this recommendation uses {mb.choice if mb.option is not None else 'k = 0'} there")
+        if b.option is None or (mb.option is not None and b.option.label == mb.option.label):
+            continue
+        if mb.option is not None and family_key(b.option.speculative_config) == fam:
+            # the same method: within its own family the band's leader overlaps a shorter k, and choose
+            # takes the cheaper of configs it cannot tell apart — say that, not "one server runs one method"
+            rec.notes.append(en("rec.n.same_family_k", c=b.concurrency, opt=b.option.text(), choice=mb.option.text()))
+        else:
+            rec.notes.append(en("rec.n.other_method", c=b.concurrency, opt=b.option.text(),
+                                choice=mb.choice if mb.option is not None else "k = 0"))
     rec.reasons = [f"concurrency {b.concurrency} ({_ranges([b])} per step): {b.reason}" for b in mbands]
     rec.notes.append("bands are keyed by the client concurrency each cell ran at; vLLM keys its schedule by the requests "
                      "scheduled per step, which a closed loop at concurrency C keeps near C")

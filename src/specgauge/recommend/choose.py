@@ -7,12 +7,16 @@ Rule (the same for measured CIs and predicted bands):
 3. otherwise the option with the highest estimate leads; every clearing option whose interval
    overlaps the leader's cannot be told apart from it, and the simplest / cheapest of that group is
    chosen (model-free before a draft model, then the shorter proposal) — the reason says so.
+
+A predicted option whose prediction rests on a term the calibration did not identify
+(``Option.unidentified``) never clears the margin: its band is a worst case, not a measurement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specgauge.i18n import en
 from specgauge.recommend.models import BandChoice, Option
 
 #: cheaper first: no extra model and little host work, then host work, then a model's forwards
@@ -24,7 +28,7 @@ def cost(o: Option) -> tuple[int, int, str]:
 
 
 def clears(o: Option, min_speedup: float) -> bool:
-    return o.low is not None and o.low > min_speedup
+    return o.low is not None and o.low > min_speedup and not o.unidentified
 
 
 def choose(options: Sequence[Option], concurrency: int, batch_range: list[int], min_speedup: float) -> BandChoice:
@@ -41,6 +45,8 @@ def choose(options: Sequence[Option], concurrency: int, batch_range: list[int], 
     if not ok:
         band.reason = (f"no configuration's {what} clears {min_speedup:g}× at concurrency {concurrency} "
                        f"(best: {best.text()})")
+        if best.unidentified:
+            band.reason += "; " + en("rec.r.unidentified", label=best.label, terms=", ".join(best.unidentified))
         return band
     lead = max(ok, key=lambda o: o.estimate)  # type: ignore[arg-type,return-value]
     group = [lead] + [o for o in ok if o is not lead and o.high is not None and lead.low is not None and o.high >= lead.low]

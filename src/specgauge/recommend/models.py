@@ -28,6 +28,8 @@ class Option(BaseModel):
     speculative_config: dict[str, Any] | None = None
     pairs: int | None = None
     notes: list[str] = Field(default_factory=list)
+    #: a prediction's terms the calibration did not identify (``CellPrediction.unidentified``): never chosen
+    unidentified: list[str] = Field(default_factory=list)
 
     def text(self) -> str:
         if self.estimate is None:

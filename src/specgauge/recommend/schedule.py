@@ -19,6 +19,8 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
+from specgauge.config import schedule_k
+
 Schedule = list[list[int]]
 
 
@@ -112,8 +114,6 @@ def validate_schedule(schedule: object, num_speculative_tokens: int) -> Schedule
 
 
 def k_at(schedule: Schedule, batch: int) -> int:
-    """The k a schedule gives a batch size (vLLM's rule: past the last range, the last k)."""
-    for s, e, k in schedule:
-        if s <= batch <= e:
-            return k
-    return schedule[-1][2] if batch > schedule[-1][1] else schedule[0][2]
+    """The k a schedule gives a batch size (vLLM's rule: past the last range, the last k;
+    ``config.schedule_k``, which the predictor's simulation uses too)."""
+    return schedule_k(schedule, batch)

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from specgauge.errors import UserError
+from specgauge.i18n import en
 from specgauge.predict.types import CellPrediction
 from specgauge.recommend.build import RecommendSettings, recommend
 from specgauge.recommend.curves import curves_from_analysis, speedup_curves
@@ -100,7 +101,10 @@ def options_from_predictions(preds: Sequence[CellPrediction]) -> tuple[list[Opti
         if p.method is None:
             continue
         o = Option(label=p.label, method=p.method, k=p.k, concurrency=p.concurrency, estimate=p.speedup,
-                   low=p.speedup_low, high=p.speedup_high, source="predicted", notes=list(p.notes))
+                   low=p.speedup_low, high=p.speedup_high, source="predicted", notes=list(p.notes),
+                   unidentified=list(p.unidentified))
+        if p.unidentified:
+            notes.append(en("rec.n.unidentified", label=p.label, c=p.concurrency, terms=", ".join(p.unidentified)))
         if p.extrapolated:
             o.notes.append("extrapolated past the largest tokens per forward measured in calibration")
             notes.append(f"{p.label} at concurrency {p.concurrency}: extrapolated past what calibration measured")

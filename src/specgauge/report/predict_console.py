@@ -82,6 +82,10 @@ def render_calibration(res: Any, console: Console) -> None:
                       _x(c.measured), f"{_x(c.measured_low)}–{_x(c.measured_high)}",
                       "–" if c.error is None else f"{100 * c.error:+.1f}%")
         console.print(tb)
+    for pt in getattr(res, "identified", []):
+        console.print(t("predict.identified", term=pt.term, label=pt.label, c=pt.concurrency), highlight=False, markup=False)
+    for pt in getattr(res, "proposed", []):
+        console.print(t("predict.proposed", term=pt.term, label=pt.label, c=pt.concurrency, why=pt.why), highlight=False, markup=False)
     console.print(t("predict.profile_path", path=res.profile_path), highlight=False, markup=False)
 
 
@@ -108,3 +112,27 @@ def render_predictions(p: StepCostProfile, preds: Sequence[CellPrediction], cons
             if n not in seen:
                 seen.add(n)
                 console.print(t("predict.cell_note", label=c.label, c=c.concurrency, text=translate(n)), highlight=False, markup=False)
+
+
+def render_k_comparison(cmp: Any, console: Console) -> None:
+    """A ``recommend.variants.KComparison``: one row per concurrency, one column per fixed k, the schedule
+    (and adaptive verification where it exists)."""
+    labels = list(dict.fromkeys((r.variant, r.label) for r in cmp.rows))
+    tb = Table(title=t("variants.title", method=escape(cmp.method)), title_justify="left")
+    tb.add_column("C", justify="right")
+    for variant, label in labels:
+        tb.add_column(escape(label if variant == "fixed" else f"{t(f'variants.c.{variant}')}: {label}"), justify="right")
+    for c in sorted({r.concurrency for r in cmp.rows}):
+        cells = []
+        for variant, label in labels:
+            r = next((x for x in cmp.rows if x.concurrency == c and (x.variant, x.label) == (variant, label)), None)
+            if r is None or r.speedup is None:
+                cells.append("–")
+            else:
+                cells.append(f"{r.speedup:.3f} [{_x(r.speedup_low)}, {_x(r.speedup_high)}]" + ("?" if r.unidentified else ""))
+        tb.add_row(str(c), *cells)
+    console.print(tb)
+    if cmp.schedule:
+        console.print(t("variants.schedule", schedule=cmp.schedule), highlight=False, markup=False)
+    for r in {x.reason for x in cmp.rows if x.reason}:
+        console.print(t("predict.note", text=translate(r)), highlight=False, markup=False)

@@ -45,13 +45,17 @@ def method_and_k(spec: dict[str, Any] | None) -> tuple[str | None, int]:
 
 
 def config_label(spec: dict[str, Any] | None) -> str:
-    """``off``, ``ngram-k4``, ``draft_model-k2``; ``-sched`` marks a per-batch-size schedule."""
+    """``off``, ``ngram-k4``, ``draft_model-k2``; ``-sched`` marks a per-batch-size schedule, ``-synL2.5``
+    (mean acceptance length) or ``-syn`` (per-position rates) a synthetic acceptance rule."""
     if spec is None:
         return BASELINE
     method, k = method_and_k(spec)
     label = f"{method}-k{k}" if k else str(method)
     if spec.get("num_speculative_tokens_per_batch_size"):
         label += "-sched"
+    if spec.get("rejection_sample_method") == "synthetic":
+        length = spec.get("synthetic_acceptance_length")
+        label += f"-synL{float(length):g}" if length is not None else "-syn"
     return label
 
 

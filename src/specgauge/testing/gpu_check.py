@@ -125,6 +125,17 @@ class GpuRun:
                 "predictions": [p.model_dump(mode="json") for p in self.predictions]}
 
 
+def make_setup(out: Path, *, curve: Path, costs: GpuServerCosts, num_prompts: int = 128, max_tokens: int = 32,
+               concurrencies: Sequence[int] = (8, 32, 64), margin: float = MARGIN) -> GpuSetup:
+    """The workload (``num_prompts`` logged sample requests cut to ``max_tokens``), its replay, the server's truth."""
+    from specgauge.models import draft_dir
+
+    wl = cut_logged(out / "workload.jsonl", num_prompts, max_tokens)
+    return GpuSetup(out=out, curve=curve, costs=costs, workload=wl, replay=WorkloadReplay([wl], None, num_prompts),
+                    num_prompts=num_prompts, concurrencies=tuple(sorted(concurrencies)), margin=margin,
+                    draft_model=f"draft_model:{draft_dir()}")
+
+
 def calibrate_gpu(s: GpuSetup, methods: Sequence[str], predict_k: int, calibrate_prompts: int, bootstrap: int,
                   log: Log = print) -> Any:
     """``calibrate`` as a user runs it, planned for 1..max(concurrencies) and k up to ``predict_k``, on one
@@ -148,6 +159,27 @@ def calibrate_gpu(s: GpuSetup, methods: Sequence[str], predict_k: int, calibrate
                                                predict_concurrency=span, predict_k=predict_k, num_prompts=calibrate_prompts,
                                                bootstrap=bootstrap, target=ServerTarget.from_urls(sp.urls), warmup=0),
                                replay=s.replay)
+
+
+def scripted_target(s: GpuSetup, runs: int = 3, configs: Sequence[dict[str, Any]] = ()) -> ServerTarget:
+    """GPU-shaped scripted servers started per config by a command template, so that any cell a
+    calibration plans — synthetic points and the identifying ones it proposes — has a server. Each
+    config's drafts for up to ``runs`` runs over the same requests come from the replay: ``configs``'
+    computed here once (one replay, its caches shared; a file the servers read), any other config's
+    replayed by its server as it starts (``--replay-runs``)."""
+    import shlex
+    import sys
+
+    q = shlex.quote
+    traces = ""
+    if configs:
+        tf = s.out / f"traces-{len(list(s.out.glob('traces-*.json')))}.json"
+        tf.write_text(json.dumps({json.dumps(c, sort_keys=True): replay_traces(s.replay, c, runs) for c in configs}), encoding="utf-8")
+        traces = f"--traces {q(str(tf))} "
+    return ServerTarget.from_command(
+        f"{q(sys.executable)} -m specgauge.testing.scripted_server --workload {q(str(s.workload))} --law {{}} "
+        f"--gpu-curve {q(str(s.curve))} --gpu-costs {q(s.costs.model_dump_json())} --replay-runs {runs} {traces}"
+        f"--num-prompts {s.num_prompts} --port {{port}} --speculative-config {{spec}}", health_timeout_s=300)
 
 
 def sweep_gpu(s: GpuSetup, configs: dict[str, dict[str, Any] | None], resume: bool = False, log: Log = print) -> SweepResult:
@@ -235,12 +267,9 @@ def run_gpu_check(out: Path, *, curve: Path, scale: float = 2.0, num_prompts: in
                   predict_k: int = 8, costs: GpuServerCosts | None = None, bootstrap: int = 100,
                   straight_line: bool = False, margin: float = MARGIN, log: Log = print) -> GpuRun:
     """The whole check (see the module docstring)."""
-    from specgauge.models import draft_dir
-
-    wl = cut_logged(out / "workload.jsonl", num_prompts, max_tokens)
-    s = GpuSetup(out=out, curve=curve, costs=costs or GpuServerCosts(scale=scale), workload=wl,
-                 replay=WorkloadReplay([wl], None, num_prompts), num_prompts=num_prompts,
-                 concurrencies=tuple(sorted(concurrencies)), margin=margin, draft_model=f"draft_model:{draft_dir()}")
+    s = make_setup(out, curve=curve, costs=costs or GpuServerCosts(scale=scale), num_prompts=num_prompts, max_tokens=max_tokens,
+                   concurrencies=concurrencies, margin=margin)
+    wl = s.workload
     t0 = time.monotonic()
     cal = calibrate_gpu(s, methods, predict_k, calibrate_prompts, bootstrap, log)
     prof = cal.profile

@@ -66,18 +66,36 @@ Traces = list[dict[str, tuple[list[int], list[int]]]]
 
 def replay_traces(replay: Any, spec: dict[str, Any] | None, runs: int = 1) -> Traces:
     """Per-step drafts of every planned request of ``replay`` (a ``WorkloadReplay``) under ``spec``, for a
-    server's runs 0..runs-1 over the same requests (run r: the suffix cache holds the r earlier runs)."""
-    from specgauge.predict.replay import prior_requests
+    server's runs 0..runs-1 over the same requests (run r: the suffix cache holds the r earlier runs).
+    A synthetic config's steps depend on its draws, so its traces are per output position instead
+    (``WorkloadReplay.positions``: what the drafter proposes at each position)."""
+    from specgauge.predict.replay import prior_requests, resolve_spec
 
     out: Traces = []
     by_id = {r.id: r for r in replay.requests}
     n = len(replay.requests)
+    cfg = resolve_spec(spec)[2]
     for run in range(runs):
         tr: dict[str, tuple[list[int], list[int]]] = {}
-        for p in replay.planned(spec, prior_requests(n, 0, run)):
-            lr = by_id[p.id]
-            tr[trace_key(lr.prompt_ids, lr.output_ids)] = (p.drafted.astype(int).tolist(), p.accepted.astype(int).tolist())
+        prior = prior_requests(n, 0, run)
+        if cfg is not None and cfg.synthetic:
+            for lr, pt in zip(replay.requests, replay.positions(spec, prior), strict=True):
+                tr[trace_key(lr.prompt_ids, lr.output_ids)] = (pt.drafted.astype(int).tolist(), pt.accepted.astype(int).tolist())
+        else:
+            for p in replay.planned(spec, prior):
+                lr = by_id[p.id]
+                tr[trace_key(lr.prompt_ids, lr.output_ids)] = (p.drafted.astype(int).tolist(), p.accepted.astype(int).tolist())
         out.append(tr)
+    return out
+
+
+def conditional_rates(unconditional: Sequence[float]) -> list[float]:
+    """vLLM's ``unconditional_to_conditional_rates``: P(position i accepted | all before it accepted) =
+    u_i / u_{i-1} (u_{-1} = 1; 0 after a position that is never reached)."""
+    out, prev = [], 1.0
+    for u in unconditional:
+        out.append(u / prev if prev > 0 else 0.0)
+        prev = u
     return out
 
 
@@ -108,10 +126,11 @@ class _Req:
     match: np.ndarray | None = None  #: draft model: draft argmax == logged token, per output position
     done: asyncio.Event = field(default_factory=asyncio.Event)
     sampled: bool = False  #: sent at T > 0 (it still emits the logged output; the law's g terms apply)
-    trace: tuple[list[int], list[int]] | None = None  #: replayed (drafted, accepted) per decode step
+    trace: tuple[list[int], list[int]] | None = None  #: replayed (drafted, accepted) per decode step (synthetic: per position)
     step: int = 0  #: decode steps done
     run: int = 0  #: the run over the same requests this server served it in (0: the first)
     return_ids: bool = False  #: the body asked for ``return_token_ids`` (answered in fault mode)
+    rng: np.random.Generator | None = None  #: synthetic acceptance: this request's own draws (any batch, same result)
 
 
 class ScriptedServer(ThreadedServer):
@@ -131,6 +150,8 @@ class ScriptedServer(ThreadedServer):
         self.law, self.shape, self.spec = dict(law), shape, speculative_config
         self.method, self.k, cfg = resolve_spec(speculative_config)
         self.hooks = FaultHooks(faults, self.k, speculative_config) if faults is not None else None
+        #: synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``): conditional rate per position
+        self.synthetic = conditional_rates(cfg.synthetic_rates()) if cfg is not None and cfg.synthetic else None
         self.step_seconds = step_fn or step_function(self.law, shape, self.method, self.k)
         self.max_batch = max_batch
         self.model_name = model_name
@@ -229,6 +250,8 @@ class ScriptedServer(ThreadedServer):
             for r in admitted:
                 if self.traces is not None:
                     r.trace = self.traces[min(r.run, len(self.traces) - 1)].get(trace_key(r.prompt, r.output))
+                if self.synthetic is not None:
+                    r.rng = np.random.default_rng(int(trace_key(r.prompt, r.output), 16) + r.run)
                 if self.drafter is not None:
                     self.drafter.begin(r.rid, r.prompt)
                 if self._draft_model is not None:
@@ -244,6 +267,8 @@ class ScriptedServer(ThreadedServer):
         pos = r.emitted
         if self.method is None:
             return 0, 0
+        if self.synthetic is not None:
+            return self._draft_synthetic(r, pos)
         if r.trace is not None:
             i = min(r.step, len(r.trace[0]) - 1)
             return (r.trace[0][i], r.trace[1][i]) if i >= 0 else (0, 0)
@@ -255,6 +280,22 @@ class ScriptedServer(ThreadedServer):
         history = r.prompt + r.output[:pos]
         d = self.drafter.propose(r.rid, history, self.k)
         return len(d), accepted_prefix(d, r.output, pos)
+
+    def _draft_synthetic(self, r: _Req, pos: int) -> tuple[int, int]:
+        """Synthetic acceptance: the drafter's real proposal length here (the position table, the live
+        drafter, or k for a draft model), each position accepted with its conditional rate while the
+        ones before it were — whatever the target would have said (vLLM's synthetic rejection rule)."""
+        assert self.synthetic is not None and r.rng is not None
+        if r.trace is not None:
+            d = r.trace[0][pos] if pos < len(r.trace[0]) else 0
+        elif r.match is not None or self.drafter is None:
+            d = self.k
+        else:
+            d = len(self.drafter.propose(r.rid, r.prompt + r.output[:pos], self.k))
+        a = 0
+        while a < d and r.rng.random() < self.synthetic[a]:
+            a += 1
+        return d, a
 
     def _emit(self, r: _Req, n: int) -> bool:
         """Send one step's tokens; True while the request goes on."""
@@ -407,12 +448,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help="step time from this measured GPU curve (predict.gpu_curve) instead of --law")
     ap.add_argument("--gpu-costs", default="{}", help="JSON of GpuServerCosts fields (scale, host_par, ...)")
     ap.add_argument("--traces", type=Path, default=None,
-                    help="JSON {label: traces} from replay_traces: drafts per step from the replay, not live")
+                    help="JSON {label or config JSON (sort_keys): traces} from replay_traces: drafts per step from the replay, not live")
+    ap.add_argument("--replay-runs", type=int, default=0,
+                    help="replay the drafters here, for this many runs over the same requests (what --traces would hold)")
+    ap.add_argument("--num-prompts", type=int, default=None, help="with --replay-runs: the requests a run sends (bench's plan)")
     ap.add_argument("--faults", default=None,
                     help="fault mode: JSON of testing.faults.Faults ({} for fault mode without faults)")
     a = ap.parse_args(argv)
     law = json.loads(a.law)
     all_traces = json.loads(a.traces.read_text(encoding="utf-8")) if a.traces else {}
+    replay: Any = None
 
     def extra(label: str, spec: dict[str, Any] | None) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -422,7 +467,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             method, k, _ = resolve_spec(spec)
             out["step_fn"] = gpu_step_function(GpuCurve.load(a.gpu_curve), GpuServerCosts.model_validate_json(a.gpu_costs),
                                                method, k)
-        tr = all_traces.get(label)
+        nonlocal replay
+        tr = all_traces.get(label) or all_traces.get(json.dumps(spec, sort_keys=True))
+        if tr is None and a.replay_runs and spec:
+            from specgauge.predict.replay import WorkloadReplay
+
+            replay = replay or WorkloadReplay(a.workload, None, a.num_prompts)
+            tr = replay_traces(replay, spec, a.replay_runs)
         if tr is not None:
             out["traces"] = [{key: (v[0], v[1]) for key, v in run.items()} for run in tr]
         if a.faults is not None:
