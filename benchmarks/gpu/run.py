@@ -113,6 +113,56 @@ def server_target(target: Path, device: str, dtype: str, max_batch: int, max_mod
     return ServerTarget.from_command(cmd, model=str(target), env={"PYTHONPATH": str(ROOT / "src")}, health_timeout_s=600)
 
 
+def sweep_and_predict(out: Path, prof: Any, wl: Path, srv: Any, replay: Any, methods: list[str], ks: list[int],
+                      concs: list[int], min_prompts: int, result: dict[str, Any], save: Any) -> list[dict[str, Any]]:
+    """The sweep (cells grouped by their number of requests, max(min_prompts, 2·C)), each speculative cell
+    predicted from the profile beside compare's measured speedup; ``result["cells"]`` saved as they come."""
+    from specgauge.calibrate import measure_cell
+    from specgauge.predict import CellSpec, predict_cells
+    from specgauge.sweep import run_grid
+    from specgauge.sweep.grid import config_label, grid_method
+
+    configs: dict[str, dict[str, Any] | None] = {"off": None}
+    for m in methods:
+        for k in ks:
+            sp = grid_method(m, k)
+            configs[config_label(sp)] = sp
+    by_n: dict[int, list[int]] = {}
+    for c in concs:
+        by_n.setdefault(max(min_prompts, 2 * c), []).append(c)
+    rows: list[dict[str, Any]] = []
+    for n, cs in sorted(by_n.items()):
+        cells = [CellSpec(label=lb, speculative_config=sp, concurrency=c) for lb, sp in configs.items() for c in cs]
+        grid = run_grid(cells, srv, [wl], out / "sweep" / f"n{n}", num_prompts=n, warmup=1)
+        spec_cells = [c for c in cells if c.speculative_config]
+        preds = predict_cells(prof, [wl], spec_cells, num_prompts=n, warmup=1, reused_server=True,
+                              replay=replay if len(replay.requests) == n else None)  # a replay planned for n requests
+        for cell, p in zip(spec_cells, preds, strict=True):
+            m = lo = hi = None
+            if (grid.cell_dir("off", cell.concurrency) / "results.jsonl").exists() and (grid.cell_dir(cell.label, cell.concurrency) / "results.jsonl").exists():
+                m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))
+            rows.append({"label": cell.label, "concurrency": cell.concurrency, "requests": n, "predicted": p.speedup,
+                         "predicted_low": p.speedup_low, "predicted_high": p.speedup_high, "measured": m, "measured_low": lo,
+                         "measured_high": hi, "error": p.speedup / m - 1 if p.speedup and m else None,
+                         "tokens_per_forward": p.tokens_per_forward, "extrapolated": p.extrapolated, "unidentified": p.unidentified})
+            print(f"{cell.label:<24} C={cell.concurrency:<3} predicted {p.speedup or 0:.3f} measured {m or 0:.3f}", flush=True)
+        result["cells"] = rows
+        save()
+    return rows
+
+
+def crossovers(rows: list[dict[str, Any]], margin: float = 1.05) -> dict[str, dict[str, Any]]:
+    """Per config: the crossover read off the predictions and off the measurements."""
+    from specgauge.sweep.analysis import crossover
+
+    out = {}
+    for label in dict.fromkeys(r["label"] for r in rows):
+        mine = [r for r in rows if r["label"] == label]
+        out[label] = {side: crossover(label, [(r["concurrency"], r[side], r[f"{side}_low"], r[f"{side}_high"]) for r in mine
+                                              if r[side] is not None], margin).model_dump(mode="json") for side in ("predicted", "measured")}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("results/gpu"))
@@ -133,12 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--synthetic-forward", type=int, default=None, help="tokens per forward the synthetic points reach")
     ap.add_argument("--bootstrap", type=int, default=100)
     a = ap.parse_args(argv)
-    from specgauge.calibrate import CalibrateConfig, measure_cell, run_calibration
-    from specgauge.predict import CellSpec, predict_cells
+    from specgauge.calibrate import CalibrateConfig, run_calibration
     from specgauge.predict.replay import WorkloadReplay
-    from specgauge.sweep import run_grid
-    from specgauge.sweep.analysis import crossover
-    from specgauge.sweep.grid import config_label, grid_method
 
     t_all = time.monotonic()
     out = a.out
@@ -186,37 +232,9 @@ def main(argv: list[str] | None = None) -> None:
           + ", ".join(f"{k}={v * 1e3:.4g}" if k != "knee" else f"knee={v:.0f}" for k, v in prof.params.items()), flush=True)
 
     t = time.monotonic()
-    configs: dict[str, dict[str, Any] | None] = {"off": None}
-    for m in methods:
-        for k in ks:
-            sp = grid_method(m, k)
-            configs[config_label(sp)] = sp
-    by_n: dict[int, list[int]] = {}
-    for c in concs:
-        by_n.setdefault(max(a.min_prompts, 2 * c), []).append(c)
-    rows: list[dict[str, Any]] = []
-    for n, cs in sorted(by_n.items()):
-        cells = [CellSpec(label=lb, speculative_config=sp, concurrency=c) for lb, sp in configs.items() for c in cs]
-        grid = run_grid(cells, srv, [wl], out / "sweep" / f"n{n}", num_prompts=n, warmup=1)
-        spec_cells = [c for c in cells if c.speculative_config]
-        preds = predict_cells(prof, [wl], spec_cells, num_prompts=n, warmup=1, reused_server=True, replay=replay)
-        for cell, p in zip(spec_cells, preds, strict=True):
-            m = lo = hi = None
-            if (grid.cell_dir("off", cell.concurrency) / "results.jsonl").exists() and (grid.cell_dir(cell.label, cell.concurrency) / "results.jsonl").exists():
-                m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))
-            rows.append({"label": cell.label, "concurrency": cell.concurrency, "requests": n, "predicted": p.speedup,
-                         "predicted_low": p.speedup_low, "predicted_high": p.speedup_high, "measured": m, "measured_low": lo,
-                         "measured_high": hi, "error": p.speedup / m - 1 if p.speedup and m else None,
-                         "tokens_per_forward": p.tokens_per_forward, "extrapolated": p.extrapolated, "unidentified": p.unidentified})
-            print(f"{cell.label:<24} C={cell.concurrency:<3} predicted {p.speedup or 0:.3f} measured {m or 0:.3f}", flush=True)
-        result["cells"] = rows
-        save()
+    rows = sweep_and_predict(out, prof, wl, srv, replay, methods, ks, concs, a.min_prompts, result, save)
     timings["sweep_s"] = time.monotonic() - t
-    xo = {}
-    for label in dict.fromkeys(r["label"] for r in rows):
-        mine = [r for r in rows if r["label"] == label]
-        xo[label] = {side: crossover(label, [(r["concurrency"], r[side], r[f"{side}_low"], r[f"{side}_high"]) for r in mine
-                                             if r[side] is not None], 1.05).model_dump(mode="json") for side in ("predicted", "measured")}
+    xo = crossovers(rows)
     errs = [abs(r["error"]) for r in rows if r["error"] is not None]
     result.update(crossovers=xo, median_abs_error=sorted(errs)[len(errs) // 2] if errs else None,
                   max_abs_error=max(errs) if errs else None)

@@ -363,11 +363,16 @@ def _proposals(cfg: CalibrateConfig, profile: StepCostProfile, cells: Sequence[C
                 by_family[f] = sp
     from specgauge.sweep.grid import config_label
 
-    ask_cells = []
-    for sp in by_family.values():
-        spec = {**sp, "num_speculative_tokens": max(cfg.predict_k or 0, int(sp.get("num_speculative_tokens") or 1))}
-        ask_cells += [CellSpec(label=config_label(spec), speculative_config=spec, concurrency=c) for c in asked]
-    preds = predict_cells(profile, cfg.workload, ask_cells, tokenizer=tokenizer, num_prompts=cfg.num_prompts)
+    ask_cells: list[CellSpec] = []
+    preds = []
+    for c in asked:  # as a run there would send them: at least 2·C requests, so the batch reaches C
+        here = []
+        for sp in by_family.values():
+            spec = {**sp, "num_speculative_tokens": max(cfg.predict_k or 0, int(sp.get("num_speculative_tokens") or 1))}
+            here.append(CellSpec(label=config_label(spec), speculative_config=spec, concurrency=c))
+        n = None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * c)
+        preds += predict_cells(profile, cfg.workload, here, tokenizer=tokenizer, num_prompts=n)
+        ask_cells += here
     return propose_points(preds, ask_cells, cfg.synthetic_acceptance)
 
 

@@ -98,14 +98,14 @@ def test_a_hidden_host_proposer_is_not_asserted_and_one_run_identifies_it(setup:
     (p,) = predict_cells(prof, [setup.workload], [cell], num_prompts=setup.num_prompts, reused_server=True, replay=setup.replay)
     truth = measured[label]
     print("suffix@64 from 1,4:", p.speedup, p.speedup_low, p.speedup_high, p.unidentified, "measured", truth)
-    assert p.unidentified == ["host_par[suffix]"], p
+    assert "host_par[suffix]" in p.unidentified, p  # (and the knee: forwards at 64 pass any calibrated at 1 and 4)
     assert p.speedup is not None and p.speedup > 1.1 and truth < 0.8  # the straight reading is badly wrong ...
     assert p.speedup_low is not None and p.speedup_high is not None and p.speedup_low <= truth <= p.speedup_high  # ... the band holds it
     rec = recommend_predicted([p], {label: suffix}, [ASK], 1.05)
     assert rec.verdict == "off" and rec.bands[0].option is None, rec.headline  # and nothing asserts suffix there
     assert any("host_par[suffix]" in n for n in rec.notes), rec.notes
-    (pt,) = res.proposed  # the one run that identifies it: suffix at the concurrency asked about
-    assert (pt.term, pt.label, pt.concurrency) == ("host_par[suffix]", label, ASK), pt
+    (pt,) = res.proposed  # the one run that identifies both: suffix at the concurrency asked about
+    assert "host_par[suffix]" in pt.term and (pt.label, pt.concurrency) == (label, ASK), pt
 
     res2 = run_calibration(CalibrateConfig(out_dir=setup.out / "cal-identify", identify=True, **base), replay=setup.replay)
     assert [(q.label, q.concurrency) for q in res2.identified] == [(label, ASK)] and not res2.proposed, res2
