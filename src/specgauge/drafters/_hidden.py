@@ -39,12 +39,24 @@ def resolve_target(head_dir: Path, target: str | Path | None, default_target: st
             return cand.resolve(), f"named by the head's config.json ({hint!r})"
         if _in_hub_cache(hint):
             return hint, f"named by the head's config.json ({hint!r}, in the local Hugging Face cache)"
+    if _native_mtp(cfg):
+        return head_dir.resolve(), "the head's own directory (native MTP: its layers are in the target's checkpoint)"
     if default_target is not None:
         return Path(default_target), "the --tokenizer directory (a model directory)"
     named = (f"its config.json names target {hint!r}, which is no directory here nor in the local Hugging Face "
              "cache (nothing is downloaded)" if hint else "its config.json names no target ('target_model')")
     raise ValueError(f"{head_dir}: a hidden-state head needs its target model and {named}: pass the target's "
                      "directory (simulate: --target-model DIR; target=DIR in the API)")
+
+
+def _native_mtp(cfg: dict[str, Any]) -> bool:
+    """A target checkpoint that carries its own MTP layers (``num_nextn_predict_layers`` /
+    ``mtp_num_hidden_layers`` > 0 under an architecture whose MTP the heads model)."""
+    from specgauge.drafters.heads.mtp_native import NativeMTPHead
+
+    arch = set(cfg.get("architectures") or [])
+    n = cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0
+    return bool(arch & set(NativeMTPHead.architectures)) and int(n) > 0
 
 
 def _in_hub_cache(name: str) -> bool:
@@ -103,6 +115,7 @@ class HiddenFeed:
     the positions it verified, ``propose_batch`` drafts per request from them (``_propose_one``)."""
 
     kind: ClassVar[str] = ""
+    head_method: ClassVar[str | None] = None  #: the head class's vLLM method when it is not ``kind`` (P-EAGLE: eagle3)
     deterministic: ClassVar[bool] = True  # greedy heads
     stateful: ClassVar[bool] = False
     _req: dict[str, Any]  # request id -> state with ``n`` (positions consumed) and ``pending`` rows
@@ -140,8 +153,9 @@ class HiddenFeed:
             self.head = load_head(self.model_dir, self.target, dt)
         except HeadLoadError as e:
             raise ValueError(f"{e} ({where})") from None
-        if self.head.method != self.kind:
+        if self.head.method != (self.head_method or self.kind):
             raise ValueError(f"{self.model_dir}: a {self.head.method} head, but method {self.kind!r} was asked for")
+        self.options: dict[str, Any] = dict(_)  #: the method's other options (parallel_drafting, mtp_runner, ...)
         self.model = self.head  # what the engine's memory report counts
         self.hidden_layers: tuple[int | str, ...] = self.head.spec.aux_layer_ids
         self.max_len = max_model_len + num_speculative_tokens + 2
@@ -154,6 +168,14 @@ class HiddenFeed:
         0..len(seq)-2: one teacher-forced pass over all but the last token, in the head's dtype."""
         p = self.target.run(seq[:-1], self.hidden_layers)
         return p.flat().to(device=self._device, dtype=self._dtype)
+
+    def target_pass(self, seq: Sequence[int], kv_layers: Sequence[int]) -> tuple[Any, dict[int, tuple[Any, Any]]]:
+        """:meth:`target_hidden` and, from the same pass, the keys/values of ``kv_layers`` (post-RoPE
+        [T, hkv, D] each, in the head's dtype) — what Gemma 4's assistant reads."""
+        p = self.target.run(seq[:-1], self.hidden_layers, kv_layers=kv_layers)
+        kv = {i: (k.to(device=self._device, dtype=self._dtype), v.to(device=self._device, dtype=self._dtype))
+              for i, (k, v) in p.kv.items()}
+        return p.flat().to(device=self._device, dtype=self._dtype), kv
 
     def observe_hidden(self, request_id: str, hidden: Any) -> None:
         """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""

@@ -92,9 +92,9 @@ class DFlashDrafter(HiddenFeed):
         L = st.n = c + n
         st.pending = []
         dev = self._device
-        logits = self.head.block(torch.tensor([int(hist[-1])], device=dev), torch.tensor([L], device=dev), k,
-                                 [(ck[:L], cv[:L]) for ck, cv in st.ctx], None)  # [1, k, V]
-        return self.head.to_target(logits[0].argmax(-1)).tolist()  # type: ignore[no-any-return]
+        d = self.head.draft_ids(torch.tensor([int(hist[-1])], device=dev), torch.tensor([L], device=dev), k,
+                                [(ck[:L], cv[:L]) for ck, cv in st.ctx], None)  # [1, k]
+        return d[0].tolist()  # type: ignore[no-any-return]
 
     # -- offline replay --------------------------------------------------------------------------
     def _target_pass(self, seq: list[int]) -> Any:
@@ -127,11 +127,12 @@ class DFlashDrafter(HiddenFeed):
             ctx = self.head.context(hid, torch.arange(T, device=dev))
             anchors = torch.arange(P, P + n - 1, device=dev)  # the step at output position j has its anchor at P + j - 1
             ids = torch.tensor(seq, device=dev)
+            padded = torch.cat([ids, torch.full((k,), -1, device=dev)])  # -1: past the logged end
             for s in range(0, len(anchors), _REPLAY_CHUNK):
                 a = anchors[s : s + _REPLAY_CHUNK]
                 mask = torch.arange(T, device=dev)[None, :] < a[:, None]  # context: positions before the anchor
-                logits = self.head.block(ids[a], a, k, ctx, mask)
-                drafts[1 + s : 1 + s + len(a)] = self.head.to_target(logits.argmax(-1)).cpu().numpy()
+                known = padded[a[:, None] + 1 + torch.arange(k - 1, device=dev)]  # the tokens after each anchor
+                drafts[1 + s : 1 + s + len(a)] = self.head.draft_ids(ids[a], a, k, ctx, mask, known).cpu().numpy()
         return drafts
 
     def runs_at(self, prompt_ids: Sequence[int], output_ids: Sequence[int], k: int) -> np.ndarray:

@@ -76,6 +76,9 @@ class HiddenStateDrafter(HiddenFeed):
 
         from specgauge.drafters.heads.chain import propose
 
+        if not self.head.online(**self.options):
+            raise ValueError(f"{self.kind} drafter: the embedded engine does not run this head with these options "
+                             "(vLLM's proposer for it is not the chain); it replays offline only")
         st, hid = self._take_pending(rid, hist)
         c, n = st.n, hid.shape[0]
         if c + n + k > self.max_len:
@@ -92,16 +95,13 @@ class HiddenStateDrafter(HiddenFeed):
         position len(prompt) - 1 on (-1 before: no step starts there)."""
         import torch
 
-        from specgauge.drafters.heads.chain import levels
-
         seq = replay_sequence(prompt_ids, output_ids, self.target.vocab_size)
         T = len(seq) - 1
         if T < 1:
             return np.zeros((n_levels, 0), dtype=np.int64), T
         with torch.inference_mode():
-            hid = self.target_hidden(seq)
             a = max(0, len(prompt_ids) - 1)  # the first chain starts at draft position P - 1
-            lv = levels(self.head, torch.tensor(seq[1:], device=self._device), hid, n_levels, start=a)
+            lv = self.head.replay_levels(self, seq, n_levels, a, **self.options)  # the chain, or the head's rule
             pred = torch.full((n_levels, T), -1, dtype=torch.long, device=self._device)
             pred[0] = self.head.to_target(lv[0].argmax(-1))
             for s, x in enumerate(lv[1:], start=1):
@@ -157,3 +157,16 @@ class Eagle3Drafter(HiddenStateDrafter):
     default (2, L // 2, L - 3) deduplicated) through ``fc``; draft vocabulary mapped by ``d2t``."""
 
     kind = "eagle3"
+
+
+@register_drafter("peagle")
+class PEagleDrafter(HiddenStateDrafter):
+    """P-EAGLE: an EAGLE-3 head with ``mask_hidden`` drafting all k tokens in one forward, as vLLM runs
+    ``{"method": "eagle3", "model": HEAD, "parallel_drafting": true}`` (``heads/peagle.py``). The same head
+    as ``eagle3:HEAD`` drafts the sequential chain (vLLM without the flag)."""
+
+    kind = "peagle"
+    head_method = "eagle3"
+
+    def __init__(self, model: Any = None, target: Any = None, **kw: Any) -> None:
+        super().__init__(model=model, target=target, **{**kw, "parallel_drafting": True})

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from specgauge.targets.kv import kernel_kv
 from specgauge.targets.base import (
     LayerId,
     TargetError,
@@ -188,29 +189,19 @@ class TransformersTarget:
                 grabbed[i] = out[0] if isinstance(out, tuple) else out
 
             handles.append(mod.register_forward_hook(hook))
+        watched = {i: self.decoder.layers[i].self_attn for i in kvl}
         try:
-            with torch.inference_mode():
-                out = self.decoder(input_ids=tokens.to(self.device), use_cache=bool(kvl))
+            with torch.inference_mode(), kernel_kv(watched, self.config._attn_implementation) as kvs:
+                self.decoder(input_ids=tokens.to(self.device), use_cache=False)
         finally:
             for h in handles:
                 h.remove()
         hid = torch.stack([grabbed[i].to(self.device) for i in ids], 2)  # [B, T, L, H]
-        cache = getattr(out, "past_key_values", None) if kvl else None
         for b, s in enumerate(group):
             n = len(s)
-            kv = {i: _cached_kv(cache, i, b, n, self.name) for i in kvl}
+            kv = {i: (kvs[i][0][b, :, :n].transpose(0, 1).clone(), kvs[i][1][b, :, :n].transpose(0, 1).clone())
+                  for i in kvl}  # [n, hkv, D] post-RoPE, as the attention kernel saw them
             yield TargetPass(tuple(s), hid[b, :n].clone(), kv)
-
-
-def _cached_kv(cache: Any, layer: int, b: int, n: int, name: str) -> tuple[Tensor, Tensor]:
-    """Row ``b``'s first ``n`` keys/values of ``layer`` from a transformers cache -> [n, hkv, D] each."""
-    try:
-        lay = cache.layers[layer]
-        k, v = lay.keys, lay.values  # [B, hkv, T, D] post-RoPE
-    except (AttributeError, IndexError, TypeError):
-        raise TargetError(f"target {name}: its cache holds no keys/values for layer {layer} "
-                          "(shared or sliding KV layers are not exposed)") from None
-    return k[b, :, :n].transpose(0, 1).clone(), v[b, :, :n].transpose(0, 1).clone()
 
 
 __all__ = ["DEVICES", "DTYPES", "TransformersTarget", "decoder_of", "local_dir", "pick_device", "pick_dtype", "resolve_model_path"]

@@ -88,11 +88,12 @@ def block_drafts(head: Any, target: Any, hist: Sequence[int], k: int) -> list[in
 
 
 def generate(target: Any, head: Any, prompt: Sequence[int], max_tokens: int, k: int,
-             eos_id: int | None = None) -> LoopResult:
+             eos_id: int | None = None, draft: Any = None) -> LoopResult:
     """Greedy speculative decoding of ``prompt``: the prefill emits token 0; every decode step drafts k
     tokens, keeps the longest prefix the target agrees with and appends the target's next token; the
-    output stops at ``max_tokens`` tokens or after ``eos_id``."""
-    draft = block_drafts if hasattr(head, "block") else chain_drafts
+    output stops at ``max_tokens`` tokens or after ``eos_id``. ``draft(head, target, history, k)``: the
+    proposer (default: DFlash's block or the chain; ``testing/reference_drafts.py`` has the others)."""
+    draft = draft or (block_drafts if hasattr(head, "block") else chain_drafts)
     prompt = [int(t) for t in prompt]
     out = [target_argmax(target, prompt)[-1]]
     res = LoopResult(out)

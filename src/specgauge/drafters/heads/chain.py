@@ -155,12 +155,19 @@ def propose(head: ChainHead, cache: ChainCache, next_tokens: Tensor, hidden: Ten
 
 
 # -- offline: every chain of a sequence at once ---------------------------------------------------------
-def levels(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels: int, start: int = 0) -> list[Tensor]:
+#: (level s >= 1, the chain's tokens [N], the chain's hidden input [N, H]) -> the level's (tokens, hidden)
+LevelInputs = Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+def levels(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels: int, start: int = 0,
+           inputs: LevelInputs | None = None) -> list[Tensor]:
     """Draft logits for levels 0..n_levels-1 over one sequence of T draft positions: ``next_tokens[p]`` =
     t[p+1], ``target_hidden[p]`` = the target's hidden states at p [T, L * Ht]. Level 0 covers all T rows;
     level s >= 1 rows ``start``..T-1 only (row i is position start + i): row p of level s is chain step
     s+1 of the chain that starts at p - s. Fed the true tokens: exact for acceptance, since a chain step
-    only counts if every earlier one drafted the true token. Also EAGLE-3's training-time test (start 0)."""
+    only counts if every earlier one drafted the true token. Also EAGLE-3's training-time test (start 0).
+    ``inputs``: what level s >= 1 reads instead of (the true tokens, the head's own hidden states) — P-EAGLE's
+    mask slots, which attend exactly as chain steps do."""
     T = next_tokens.shape[0]
     dev = next_tokens.device
     pos = torch.arange(T, device=dev)
@@ -189,7 +196,8 @@ def levels(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels
                 groups.append((_shift(kj, s - j), _shift(vj, s - j), None))
             return groups
 
-        logits, h = forward(head, toks, rows, prev, level)
+        t_s, h_s = inputs(s, toks, prev) if inputs is not None else (toks, prev)  # P-EAGLE: its mask slots
+        logits, h = forward(head, t_s, rows, h_s, level)
         out.append(logits)
         prev = torch.cat([h[:1] * 0, h[:-1]])  # own hidden from this level at p-1 (row a-1: no chain needs it)
     return out

@@ -87,13 +87,18 @@ class HeadSpec:
         return int(self.get("num_hidden_layers", 1))
 
     @property
+    def text_config(self) -> Any:
+        """The decoder's config (a composite config's text part: Gemma 4's assistant)."""
+        return getattr(self.layer_config, "get_text_config", lambda: self.layer_config)()
+
+    @property
     def hidden_size(self) -> int:
-        return int(self.layer_config.hidden_size)
+        return int(self.text_config.hidden_size)
 
     @property
     def vocab_size(self) -> int:
         """The target's vocabulary (what d2t maps into)."""
-        return int(self.layer_config.vocab_size)
+        return int(self.text_config.vocab_size)
 
     @property
     def draft_vocab_size(self) -> int:

@@ -153,6 +153,17 @@ class DFlashHead(HeadModule):
         """One forward of B blocks: ``anchors`` [B] token ids at positions ``start`` [B], k masks after
         each; ``ctx`` the context keys (shared by all rows), visible to row b where ``ctx_mask`` [B, M]
         (None: all) -> draft logits [B, k, Vd] (float32; ``to_target`` maps them)."""
+        return self.lm_head(self.block_hidden(anchors, start, k, ctx, ctx_mask)[:, 1:]).float()  # type: ignore[no-any-return]
+
+    def draft_ids(self, anchors: Tensor, start: Tensor, k: int, ctx: ContextKV, ctx_mask: Tensor | None,
+                  known: Tensor | None = None) -> Tensor:
+        """Greedy drafts [B, k] (target ids) of :meth:`block`. ``known`` [B, k-1] (the true tokens after
+        each anchor, -1 where unknown) is for heads whose later drafts read earlier ones (DSpark); a DFlash
+        block reads none."""
+        return self.to_target(self.block(anchors, start, k, ctx, ctx_mask).argmax(-1))
+
+    def block_hidden(self, anchors: Tensor, start: Tensor, k: int, ctx: ContextKV, ctx_mask: Tensor | None) -> Tensor:
+        """:meth:`block`'s forward up to the final norm, every row -> [B, 1 + k, H] (row 0: the anchor's)."""
         B, Q = anchors.shape[0], k + 1
         dev = anchors.device
         toks = torch.cat([anchors[:, None], torch.full((B, k), self.mask_token_id, dtype=torch.long, device=dev)], 1)
@@ -165,7 +176,7 @@ class DFlashHead(HeadModule):
             q, kb, vb = attention_qkv(layer.self_attn, layer.input_layernorm(x), cos, sin, self.rope)
             x = x + layer.self_attn.o_proj(self._attend(q, ck, cv, ctx_mask, kb, vb))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.lm_head(self.norm(x[:, 1:])).float()  # type: ignore[no-any-return]
+        return self.norm(x)  # type: ignore[no-any-return]
 
     def _attend(self, q: Tensor, ck: Tensor, cv: Tensor, ctx_mask: Tensor | None, kb: Tensor, vb: Tensor) -> Tensor:
         """q [B, Q, h, D] over the context (ck, cv [M, hkv, D], ``ctx_mask`` [B, M]) and the block's own

@@ -24,7 +24,7 @@ from specgauge.targets.base import LayerId, Target, TargetError, check_layer_ids
 
 _REGISTRY: dict[str, type[HeadModule]] = {}
 #: modules that register head classes (imported on first use; a family adds its module here)
-_BUILTIN = ("eagle3", "mtp_deepseek", "dflash")
+_BUILTIN = ("eagle3", "mtp_deepseek", "dflash", "mtp_native", "gemma4_assistant", "dspark", "peagle")
 
 
 class HeadModule(nn.Module):
@@ -68,6 +68,28 @@ class HeadModule(nn.Module):
 
     def after_load(self, target: Target) -> None:
         """Anything derived after the weights are in (float32 RoPE tables, checks on d2t)."""
+
+    def replay_levels(self, feed: Any, seq: list[int], n_levels: int, start: int, **opts: Any) -> list[Tensor]:
+        """Draft logits of every chain step over one sequence, in ``chain.levels``' layout (level s, row p:
+        step s+1 of the chain starting at p - s), from the target's teacher-forced pass (``feed``: the
+        drafter, ``target_hidden`` / ``target_pass``): the chain (EAGLE-3, MTP on vLLM's V1 runner). A head
+        whose step is not the chain's overrides it (Gemma 4's assistant, MTP with several modules on V2,
+        P-EAGLE's mask slots); ``opts``: the method's options (``parallel_drafting``, ``mtp_runner``, ...)."""
+        from specgauge.drafters.heads.chain import levels
+
+        if opts.get("parallel_drafting"):
+            raise HeadLoadError(f"{self.spec.path}: parallel_drafting needs a P-EAGLE head "
+                                "(mask_hidden and a mask token)")
+        nxt = torch.tensor(seq[1:], device=self.device_of())
+        return levels(self, nxt, feed.target_hidden(seq), n_levels, start=start)
+
+    def online(self, **opts: Any) -> bool:
+        """Whether ``chain.propose`` is vLLM's proposer for this head and these options (the embedded
+        engine runs only those; the others replay offline)."""
+        return not opts.get("parallel_drafting")
+
+    def device_of(self) -> torch.device:
+        return next(self.parameters()).device
 
     def to_target(self, draft_ids: Tensor) -> Tensor:
         """Draft-vocabulary ids -> target ids (vLLM: target = draft + d2t[draft]; identity without d2t)."""

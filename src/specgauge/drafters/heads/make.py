@@ -156,5 +156,30 @@ def save_head(head: HeadModule, out: str | Path, target_num_layers: int, dtype: 
     return out
 
 
-__all__ = ["dflash_config", "eagle3_config", "geometry", "mtp_config", "new_head", "save_head",
-           "speculators_eagle3_config"]
+def dspark_config(target: Target, markov_rank: int = 16, noise_token_id: int = 0, sample_from_anchor: bool = True,
+                  confidence: bool = True, draft_topk: int | None = None, **kw: Any) -> dict[str, Any]:
+    """A native DSpark config (``Qwen3DSparkModel``: a DFlash backbone + Markov and confidence heads)."""
+    from specgauge.drafters.heads.dflash import build_target_layer_ids
+
+    cfg = dflash_config(target, mask_token_id=noise_token_id, **kw)
+    cfg.pop("dflash_config")
+    ids = list(kw.get("target_layer_ids") or build_target_layer_ids(target.num_layers, int(cfg["num_hidden_layers"])))
+    cfg.update(architectures=["Qwen3DSparkModel"], target_layer_ids=ids, dspark_noise_token_id=noise_token_id,
+               markov_rank=markov_rank, enable_confidence_head=confidence, confidence_head_with_markov=confidence,
+               sample_from_anchor=sample_from_anchor)
+    if draft_topk is not None:
+        cfg["dspark_draft_topk"] = draft_topk
+    return cfg
+
+
+def speculators_peagle_config(target: Target, verifier: str, mask_token_id: int = 3, **kw: Any) -> dict[str, Any]:
+    """A P-EAGLE head in speculators' layout (``speculators_model_type: peagle``), the layout vLLM 0.32 runs
+    parallel drafting from (its converter names it ``Peagle{Llama,Qwen3}ForCausalLM`` and sets ``pard_token``)."""
+    cfg = speculators_eagle3_config(target, verifier, **kw)
+    cfg.update(speculators_model_type="peagle", architectures=["PEagleSpeculator"], mask_token_id=mask_token_id)
+    cfg["speculators_config"]["algorithm"] = "peagle"
+    return cfg
+
+
+__all__ = ["dflash_config", "dspark_config", "eagle3_config", "geometry", "mtp_config", "new_head", "save_head",
+           "speculators_eagle3_config", "speculators_peagle_config"]
