@@ -179,3 +179,29 @@ def test_the_target_is_found_or_the_error_names_where_to_give_it(head_dir: Path,
         make_drafter(kind, model=str(mine), target=str(other))
     with pytest.raises(ValueError, match=f"no such directory \\(target {re.escape(str(tmp_path / 'nowhere'))}: given"):
         make_drafter(kind, model=str(mine), target=str(tmp_path / "nowhere"))
+
+
+def test_the_replays_pruned_drafts_are_the_full_levels_where_a_chain_is_alive(head_dir: Path, target_dir: Path) -> None:
+    """``chain.draft_ids`` skips the lm_head of chains that already drafted a wrong token; where it
+    computes, it equals ``levels`` + argmax, and it computes every row a count can read."""
+    kind = "eagle3" if "eagle3" in head_dir.name else "mtp"
+    d = make_drafter(kind, model=str(head_dir), target=str(target_dir))
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, V, 7).tolist()
+    out = [int(t) for t in rng.integers(0, V, 25)]
+    seq = prompt + out
+    with torch.inference_mode():
+        hid = d.target_hidden(seq)
+        nxt = torch.tensor(seq[1:])
+        a, n_lv = len(prompt) - 1, 4
+        pred = chain.draft_ids(d.head, nxt, hid, n_lv, start=a)
+        full = [d.head.to_target(x.argmax(-1)) for x in chain.levels(d.head, nxt, hid, n_lv, start=a)]
+    T = len(seq) - 1
+    label = seq[2:] + [-2]  # row p's true next draft: t[p+2]
+    for s in range(n_lv):
+        for p in range(a + s, T):
+            c = p - s
+            alive = all(int(full[j][c + j if j == 0 else c + j - a]) == label[c + j] for j in range(s))
+            got = int(pred[s, p])
+            want = int(full[s][p if s == 0 else p - a])
+            assert got == (want if alive else -1), (s, p)

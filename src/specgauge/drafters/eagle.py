@@ -91,8 +91,9 @@ class HiddenStateDrafter(HiddenFeed):
     # -- offline replay --------------------------------------------------------------------------
     def _levels(self, prompt_ids: Sequence[int], output_ids: Sequence[int], n_levels: int) -> tuple[np.ndarray, int]:
         """Predicted target ids [n_levels, T] of every draft position p (t[p+2] at level s: chain step
-        s+1 of the chain starting at p - s), T = len(prompt) + len(output) - 1; levels >= 1 only from
-        position len(prompt) - 1 on (-1 before: no step starts there)."""
+        s+1 of the chain starting at p - s), T = len(prompt) + len(output) - 1, for chains starting at
+        len(prompt) - 1 or later (no step starts before) and still alive (``chain.draft_ids``); -1
+        elsewhere: a count never reads those."""
         import torch
 
         seq = replay_sequence(prompt_ids, output_ids, self.target.vocab_size)
@@ -101,11 +102,7 @@ class HiddenStateDrafter(HiddenFeed):
             return np.zeros((n_levels, 0), dtype=np.int64), T
         with torch.inference_mode():
             a = max(0, len(prompt_ids) - 1)  # the first chain starts at draft position P - 1
-            lv = self.head.replay_levels(self, seq, n_levels, a, **self.options)  # the chain, or the head's rule
-            pred = torch.full((n_levels, T), -1, dtype=torch.long, device=self._device)
-            pred[0] = self.head.to_target(lv[0].argmax(-1))
-            for s, x in enumerate(lv[1:], start=1):
-                pred[s, a:] = self.head.to_target(x.argmax(-1))
+            pred = self.head.replay_drafts(self, seq, n_levels, a, **self.options)  # the chain's, or the head's rule
         return pred.cpu().numpy().astype(np.int64), T
 
     def replay_arrays(

@@ -59,6 +59,9 @@ class ChainHead(Protocol):
     def exit(self, state: Any) -> tuple[Tensor, Tensor]:  # (draft logits [N, Vd] float32, hidden next level reads [N, H])
         ...
 
+    # optional, for the replay's pruned readout (``draft_ids``): ``exit`` split before the lm_head —
+    # exit_split(state) -> (what the lm_head reads [N, H], hidden next level reads); logits(x) -> [N, Vd]
+
     def to_target(self, draft_ids: Tensor) -> Tensor:  # draft-vocabulary ids -> target ids
         ...
 
@@ -92,14 +95,19 @@ def attend(q: Tensor, groups: Sequence[KeyGroup], num_kv_heads: int, scaling: fl
 GroupsFor = Callable[[int, Tensor, Tensor], list[KeyGroup]]  # (layer, its new k, v) -> the groups it attends
 
 
-def forward(head: ChainHead, tokens: Tensor, pos: Tensor, h: Tensor, groups_for: GroupsFor) -> tuple[Tensor, Tensor]:
+Readout = Callable[[Any], tuple[Any, Tensor]]  # the last layer's state -> (what a level yields, hidden the next reads)
+
+
+def forward(head: ChainHead, tokens: Tensor, pos: Tensor, h: Tensor, groups_for: GroupsFor,
+            readout: Readout | None = None) -> tuple[Any, Tensor]:
     """One pass of the head over N rows: every layer's new keys go to ``groups_for``, which says what
-    that layer's queries attend -> (draft logits [N, Vd], the hidden state the next level reads [N, H])."""
+    that layer's queries attend -> (draft logits [N, Vd], the hidden state the next level reads [N, H]);
+    ``readout`` replaces ``head.exit``."""
     state = head.enter(tokens, pos, h)
     for i in range(head.num_attn_layers):
         q, k, v, carry = head.qkv(i, state, pos)
         state = head.finish(i, attend(q, groups_for(i, k, v), head.num_kv_heads, head.scaling), carry)
-    return head.exit(state)
+    return (readout or head.exit)(state)
 
 
 # -- the engine's proposer -----------------------------------------------------------------------------
@@ -160,14 +168,16 @@ LevelInputs = Callable[[int, Tensor, Tensor], tuple[Tensor, Tensor]]
 
 
 def levels(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels: int, start: int = 0,
-           inputs: LevelInputs | None = None) -> list[Tensor]:
+           inputs: LevelInputs | None = None,
+           readout: Callable[[int, Any], tuple[Any, Tensor]] | None = None) -> list[Any]:
     """Draft logits for levels 0..n_levels-1 over one sequence of T draft positions: ``next_tokens[p]`` =
     t[p+1], ``target_hidden[p]`` = the target's hidden states at p [T, L * Ht]. Level 0 covers all T rows;
     level s >= 1 rows ``start``..T-1 only (row i is position start + i): row p of level s is chain step
     s+1 of the chain that starts at p - s. Fed the true tokens: exact for acceptance, since a chain step
     only counts if every earlier one drafted the true token. Also EAGLE-3's training-time test (start 0).
     ``inputs``: what level s >= 1 reads instead of (the true tokens, the head's own hidden states) — P-EAGLE's
-    mask slots, which attend exactly as chain steps do."""
+    mask slots, which attend exactly as chain steps do. ``readout(s, state)``: what level s yields instead
+    of its logits (``draft_ids``)."""
     T = next_tokens.shape[0]
     dev = next_tokens.device
     pos = torch.arange(T, device=dev)
@@ -180,7 +190,10 @@ def levels(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels
         v0.append(vv)
         return [(kk, vv, causal)]
 
-    logits, h = forward(head, next_tokens, pos, head.combine(target_hidden), level0)
+    def at(s: int) -> Readout | None:
+        return None if readout is None else (lambda state: readout(s, state))
+
+    logits, h = forward(head, next_tokens, pos, head.combine(target_hidden), level0, at(0))
     out = [logits]
     a = max(0, min(start, T - 1))
     rows, toks = pos[a:], next_tokens[a:]
@@ -197,10 +210,49 @@ def levels(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels
             return groups
 
         t_s, h_s = inputs(s, toks, prev) if inputs is not None else (toks, prev)  # P-EAGLE: its mask slots
-        logits, h = forward(head, t_s, rows, h_s, level)
+        logits, h = forward(head, t_s, rows, h_s, level, at(s))
         out.append(logits)
         prev = torch.cat([h[:1] * 0, h[:-1]])  # own hidden from this level at p-1 (row a-1: no chain needs it)
     return out
+
+
+def draft_ids(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_levels: int, start: int = 0) -> Tensor:
+    """The replay's drafts: target ids [n_levels, T] of ``levels``' rows (level s, row p: step s+1 of the
+    chain that starts at p - s), for chains starting at ``start`` or later, and only where the chain is
+    still alive — every earlier step drafted the logged token (the label of row p is t[p+2] =
+    ``next_tokens[p+1]``); -1 elsewhere. A dead chain's later drafts are never counted, so its lm_head rows
+    are skipped (the lm_head over the draft vocabulary is most of a head's cost). Same values as
+    ``levels`` + argmax where computed."""
+    T = next_tokens.shape[0]
+    dev = next_tokens.device
+    a = max(0, min(start, T - 1))
+    pred = torch.full((n_levels, T), -1, dtype=torch.long, device=dev)
+    label = torch.full((T,), -2, dtype=torch.long, device=dev)
+    label[: T - 1] = next_tokens[1:]
+    alive = torch.arange(T, device=dev) >= a  # by chain start c
+    split = getattr(head, "exit_split", None)
+
+    def readout(s: int, state: Any) -> tuple[None, Tensor]:
+        nonlocal alive
+        if split is None:
+            x, h_next = head.exit(state)
+        else:
+            x, h_next = split(state)
+        p = torch.arange(T, device=dev) if s == 0 else torch.arange(a, T, device=dev)  # this level's rows
+        c = p - s
+        need = (c >= a) & alive[c.clamp(min=0)]
+        if bool(need.any()):
+            rows = need.nonzero()[:, 0]
+            lg = x[rows] if split is None else head.logits(x[rows])  # type: ignore[attr-defined]
+            pred[s, p[rows]] = head.to_target(lg.argmax(-1))
+        hit = torch.zeros(T, dtype=torch.bool, device=dev)  # chain c still alive after level s
+        cs = torch.arange(max(0, T - s), device=dev)
+        hit[cs] = pred[s, cs + s] == label[cs + s]
+        alive = alive & hit
+        return None, h_next
+
+    levels(head, next_tokens, target_hidden, n_levels, start, readout)
+    return pred
 
 
 def _shift(x: Tensor, by: int) -> Tensor:
@@ -212,4 +264,5 @@ def default_scaling(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
-__all__ = ["ChainCache", "ChainHead", "KeyGroup", "attend", "default_scaling", "forward", "levels", "propose"]
+__all__ = ["ChainCache", "ChainHead", "KeyGroup", "Readout", "attend", "default_scaling", "draft_ids", "forward",
+           "levels", "propose"]

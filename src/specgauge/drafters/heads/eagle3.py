@@ -169,9 +169,16 @@ class Eagle3Head(HeadModule):
         r = layer.self_attn.o_proj(attn) + carry
         return layer.mlp(layer.post_attention_layernorm(r)) + r  # type: ignore[no-any-return]
 
-    def exit(self, state: Tensor) -> tuple[Tensor, Tensor]:
+    def exit_split(self, state: Tensor) -> tuple[Tensor, Tensor]:
         normed = self.norm(state)
-        return self.lm_head(normed).float(), (normed if self.norm_output else state)
+        return normed, (normed if self.norm_output else state)
+
+    def logits(self, x: Tensor) -> Tensor:
+        return self.lm_head(x).float()  # type: ignore[no-any-return]
+
+    def exit(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        x, h = self.exit_split(state)
+        return self.logits(x), h
 
 
 __all__ = ["Eagle3Head", "check_llama_shaped", "eagle3_first_layer", "with_d2t"]

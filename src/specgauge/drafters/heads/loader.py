@@ -83,6 +83,23 @@ class HeadModule(nn.Module):
         nxt = torch.tensor(seq[1:], device=self.device_of())
         return levels(self, nxt, feed.target_hidden(seq), n_levels, start=start)
 
+    def replay_drafts(self, feed: Any, seq: list[int], n_levels: int, start: int, **opts: Any) -> Tensor:
+        """Target ids [n_levels, T] in ``replay_levels``' layout, -1 where no count reads them: the chain's
+        pruned readout (``chain.draft_ids``: the lm_head only where a chain is still alive) for a head
+        that keeps the chain's rule, else the argmax of its own ``replay_levels``."""
+        if type(self).replay_levels is HeadModule.replay_levels and not opts.get("parallel_drafting"):
+            from specgauge.drafters.heads.chain import draft_ids
+
+            nxt = torch.tensor(seq[1:], device=self.device_of())
+            return draft_ids(self, nxt, feed.target_hidden(seq), n_levels, start=start)
+        lv = self.replay_levels(feed, seq, n_levels, start, **opts)
+        T = len(seq) - 1
+        pred = torch.full((n_levels, T), -1, dtype=torch.long, device=self.device_of())
+        pred[0] = self.to_target(lv[0].argmax(-1))
+        for s, x in enumerate(lv[1:], start=1):
+            pred[s, start:] = self.to_target(x.argmax(-1))
+        return pred
+
     def online(self, **opts: Any) -> bool:
         """Whether ``chain.propose`` is vLLM's proposer for this head and these options (the embedded
         engine runs only those; the others replay offline)."""

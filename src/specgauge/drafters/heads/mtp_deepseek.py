@@ -105,9 +105,16 @@ class DeepSeekMTPHead(HeadModule):
         r = b.self_attn.o_proj(attn) + carry
         return b.mlp(b.post_attention_layernorm(r)) + r  # type: ignore[no-any-return]
 
-    def exit(self, state: Tensor) -> tuple[Tensor, Tensor]:
+    def exit_split(self, state: Tensor) -> tuple[Tensor, Tensor]:
         normed = self.shared_head.norm(state)
-        return self.shared_head.head(normed).float(), normed
+        return normed, normed
+
+    def logits(self, x: Tensor) -> Tensor:
+        return self.shared_head.head(x).float()  # type: ignore[no-any-return]
+
+    def exit(self, state: Tensor) -> tuple[Tensor, Tensor]:
+        x, h = self.exit_split(state)
+        return self.logits(x), h
 
 
 __all__ = ["DeepSeekMTPHead"]

@@ -1,0 +1,162 @@
+"""The hidden-state replay's speed beside its floor, in one run on one device and dtype.
+
+The replay cannot be faster than one target forward over the same tokens. This prints tokens/s of
+
+* **bare forward** — transformers' own forward over prompt + output (``model(ids, logits_to_keep=1)``:
+  the decoder and one row of logits; the floor);
+* **target pass** — the replay's teacher-forced pass (``TransformersTarget.run``: the decoder with hooks
+  on the head's layers, no lm_head);
+* **head chains** — ``chain.draft_ids`` over the same positions (every chain of k drafts at once, the
+  lm_head only where a chain is still alive, as the replay runs it);
+* **whole replay** — ``Eagle3Drafter.replay_arrays`` per request (the two above, argmaxes, runs);
+
+and the whole replay's ratio to the bare forward (goal: >= 0.8x on the CPU with a ~100M-parameter
+model). With a GPU (``--device cuda``; ROCm is cuda too), ``--shape llama3-8b`` runs a Llama-3-8B-shaped
+random-weight target in bfloat16 and prints the fraction of the card's bf16 dense peak; without one it
+prints "no GPU was available". Weights are random: speed does not depend on them.
+
+    python benchmarks/hidden_replay_speed.py                                  # CPU, ~100M params, float32
+    python benchmarks/hidden_replay_speed.py --device cuda --shape llama3-8b  # a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+
+from specgauge.drafters.base import make_drafter  # noqa: E402
+from specgauge.drafters.heads import chain  # noqa: E402
+from specgauge.drafters.heads.make import eagle3_config, new_head, save_head  # noqa: E402
+from specgauge.targets.hf import TransformersTarget  # noqa: E402
+
+SHAPES: dict[str, dict[str, Any]] = {
+    # ~110M parameters (Llama-shaped: 12 layers x 768, vocab 32000)
+    "small100m": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12,
+                  "num_key_value_heads": 4, "vocab_size": 32000},
+    # Llama-3-8B: 32 layers x 4096, GQA 32/8, vocab 128256
+    "llama3-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                  "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 500000.0},
+}
+#: dense bf16 peak (TFLOP/s) by device-name fragment (vendor data sheets: SXM / OAM parts)
+BF16_PEAK = {"H100": 989.0, "H200": 989.0, "B200": 2250.0, "A100": 312.0, "MI300X": 1307.0, "MI325X": 1307.0,
+             "MI355X": 2500.0, "L40S": 362.0}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--shape", default=None, choices=sorted(SHAPES), help="default: small100m on the CPU, llama3-8b on a GPU")
+    p.add_argument("--dtype", default=None, help="default: float32 on the CPU, bfloat16 on a GPU")
+    p.add_argument("--requests", type=int, default=4)
+    p.add_argument("--prompt", type=int, default=256, help="prompt tokens per request")
+    p.add_argument("--output", type=int, default=256, help="output tokens per request")
+    p.add_argument("--k", type=int, default=5, help="chain length replayed (kmax)")
+    p.add_argument("--draft-vocab", type=int, default=32000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    return p.parse_args(argv)
+
+
+def timed(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    """Median wall seconds of ``fn`` after one warm-up call."""
+    fn()
+    out = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    a = parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        print("no GPU was available")
+        return {}
+    dev = torch.device(a.device)
+    shape = a.shape or ("small100m" if dev.type == "cpu" else "llama3-8b")
+    dtype = getattr(torch, a.dtype or ("float32" if dev.type == "cpu" else "bfloat16"))
+    cfg = LlamaConfig(**SHAPES[shape], max_position_embeddings=8192, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(dtype).eval()
+    target = TransformersTarget(model, shape)
+    n_params = sum(p.numel() for p in model.parameters())
+    body = n_params - 2 * cfg.vocab_size * cfg.hidden_size  # the decoder's matmul weights
+    N = cfg.num_hidden_layers
+    aux = (2, N // 2, N - 3)
+    g = torch.Generator().manual_seed(1)
+    reqs = [(torch.randint(0, cfg.vocab_size, (a.prompt,), generator=g).tolist(),
+             torch.randint(0, cfg.vocab_size, (a.output,), generator=g).tolist()) for _ in range(a.requests)]
+    tokens = sum(len(p) + len(o) for p, o in reqs)
+    with tempfile.TemporaryDirectory() as tmp:
+        head = new_head(eagle3_config(target, draft_vocab_size=min(a.draft_vocab, cfg.vocab_size), aux_layer_ids=aux),
+                        target, seed=2, draft_to_target=torch.arange(min(a.draft_vocab, cfg.vocab_size)))
+        hdir = save_head(head, Path(tmp) / "head", N, dtype=dtype)
+        del head
+        drafter = make_drafter("eagle3", model=str(hdir), target_model=target, dtype=dtype)
+        ids = [torch.tensor(p + o, device=dev) for p, o in reqs]
+
+        def bare() -> None:
+            with torch.inference_mode():
+                for x in ids:
+                    model(x[None], logits_to_keep=1)
+
+        def target_pass() -> None:
+            for p, o in reqs:
+                drafter.target_hidden(p + o)
+
+        hidden = [drafter.target_hidden(p + o) for p, o in reqs]
+
+        def chains() -> None:
+            with torch.inference_mode():
+                for (p, o), h in zip(reqs, hidden, strict=True):
+                    chain.draft_ids(drafter.head, torch.tensor((p + o)[1:], device=dev), h, a.k, start=len(p) - 1)
+
+        def whole() -> None:
+            for p, o in reqs:
+                drafter.replay_arrays(p, o, a.k)
+
+        t = {name: timed(fn, a.repeats, dev) for name, fn in
+             (("bare forward", bare), ("target pass", target_pass), ("head chains", chains), ("whole replay", whole))}
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"{shape}: {n_params / 1e6:.0f}M parameters, {dtype}, {where}; {a.requests} requests x "
+          f"{a.prompt}+{a.output} tokens, EAGLE-3 head (aux {aux}, draft vocab {min(a.draft_vocab, cfg.vocab_size)}), k={a.k}")
+    for name, s in t.items():
+        print(f"  {name:<13} {tokens / s:>12,.0f} tokens/s  ({s:.3f} s)")
+    ratio = t["bare forward"] / t["whole replay"]
+    print(f"  whole replay / bare forward: {ratio:.2f}x  (goal >= 0.80x)")
+    res: dict[str, Any] = {"shape": shape, "device": where, "tokens_per_s": {k: tokens / s for k, s in t.items()},
+                           "ratio": ratio}
+    if dev.type == "cuda":
+        flops = 2 * body * tokens / t["target pass"]  # matmul FLOPs of the decoder (attention scores left out)
+        peak = next((v for k, v in BF16_PEAK.items() if k in where), None)
+        frac = f"{100 * flops / (peak * 1e12):.0f} % of its {peak:.0f} TFLOP/s bf16 peak" if peak else "peak unknown"
+        print(f"  target pass: {flops / 1e12:.1f} TFLOP/s, {frac}")
+        res["tflops"] = flops / 1e12
+    else:
+        print("no GPU was available")
+    return res
+
+
+if __name__ == "__main__":
+    main()
