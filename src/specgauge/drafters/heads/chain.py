@@ -251,7 +251,7 @@ def draft_ids(head: ChainHead, next_tokens: Tensor, target_hidden: Tensor, n_lev
         alive = alive & hit
         return None, h_next
 
-    levels(head, next_tokens, target_hidden, n_levels, start, readout)
+    levels(head, next_tokens, target_hidden, n_levels, start, readout=readout)
     return pred
 
 
