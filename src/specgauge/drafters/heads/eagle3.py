@@ -126,8 +126,12 @@ class Eagle3Head(HeadModule):
     @classmethod
     def checkpoint_hook(cls, sd: dict[str, Tensor], spec: HeadSpec, target_num_layers: int) -> dict[str, Tensor]:
         """vLLM's EAGLE-3 names (one layer: ``midlayer.*``), plus ``t2d``: which target ids the draft
-        vocabulary holds (a bool mask, as EAGLE-3 checkpoints carry it)."""
+        vocabulary holds (a bool mask, as EAGLE-3 checkpoints carry it). A full vocabulary writes neither
+        ``d2t`` nor ``t2d``: vLLM 0.32 has no ``draft_id_to_target_id`` then and refuses a checkpoint with one."""
         out = module_names({"layers.0.": "midlayer."}, sd) if spec.num_layers == 1 else dict(sd)
+        if spec.draft_vocab_size == spec.vocab_size and not bool(sd["d2t"].any()):
+            out.pop("d2t")
+            return out
         t2d = torch.zeros(spec.vocab_size, dtype=torch.bool)
         t2d[torch.arange(spec.draft_vocab_size) + sd["d2t"].cpu()] = True
         out["t2d"] = t2d
