@@ -85,6 +85,22 @@ def test_ray_replay_equals_single_process(cluster: str, tok, tmp_path: Path) -> 
     assert (tmp_path / "ray.jsonl").read_text().splitlines() == single_rows
 
 
+def test_ray_replay_of_a_hidden_state_head_equals_single_process(cluster: str, tok, tmp_path: Path) -> None:
+    """The shipped EAGLE-3 head (its target run by transformers in every actor, loaded once per actor;
+    CPU actors here, one per GPU with --device cuda): the same result and rows as without Ray."""
+    from specgauge.cli.common import workload_paths
+    from specgauge.simulate.run import SimulateConfig
+    from specgauge.workload.loaders import LoadOptions
+
+    cfg = SimulateConfig(workload=workload_paths(None), load=LoadOptions(limit=6), ks=[1, 3],
+                         methods=[f"eagle3:{MODELS / 'tiny-eagle3'}"], device="cpu")
+    one, many, spread = _run_both(cfg, tok, tmp_path, block_tokens=1024)
+    assert "actor pool" in spread.per_request_stage and one.requests_replayed == 6
+    assert all(s.accepted_tokens > 0 for s in one.overall.summaries)
+    assert many.model_dump() == one.model_dump()
+    assert (tmp_path / "ray.jsonl").read_text().splitlines() == (tmp_path / "single.jsonl").read_text().splitlines()
+
+
 def test_ray_replay_partitions_many_compressed_files_and_measures_a_split(cluster: str, tok, tmp_path: Path) -> None:
     """Two files (gzip, zstd), --partition-by segment: equal to the single-process run with the same
     partitions. A split of each stream into 2 cold pieces is marked approximate, and its error is

@@ -156,6 +156,17 @@ def simulate_on_ray(
         disconnect(info)
 
 
+def _gpus_for(cfg: SimulateConfig, ray: Any) -> int:
+    """Actors with one GPU each for hidden-state heads on ``--device cuda`` / ``auto`` (0: CPU actors):
+    one per GPU of the cluster, each loading the target once."""
+    if cfg.device == "cpu":
+        return 0
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if not gpus and cfg.device != "auto":
+        raise ScaleError(f"--ray --device {cfg.device}: the Ray cluster has no GPU (ray status); use --device cpu")
+    return gpus
+
+
 def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list[Any], labels: list[str],
          paths: list[Path], kinds: dict[Path, str], cluster: str, cpus: float, on_request: Callable[[int], None] | None,
          t0: float) -> tuple[SimulateResult, RayReplayReport]:
@@ -197,11 +208,14 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
     stream_first = 0 < len(calls) < cpus
     free = max(1, int(cpus) - len(calls)) if stream_first else max(1, int(cpus))
     pool = max(1, min(free, len(blocks)))
+    gpus = _gpus_for(cfg, ray) if wants_model else 0
     if wants_model:
         rows_ds = records.map_batches(T.PerRequestReplay, batch_size=None, batch_format="pyarrow",
-                                      compute=ray.data.ActorPoolStrategy(size=pool),
-                                      fn_constructor_kwargs={"cfg_json": cfg_json, "midxs": per_request})
-        stage = f"actor pool of {pool} (draft model loaded once per actor)"
+                                      compute=ray.data.ActorPoolStrategy(size=gpus or pool),
+                                      fn_constructor_kwargs={"cfg_json": cfg_json, "midxs": per_request},
+                                      **({"num_gpus": 1} if gpus else {}))
+        stage = (f"actor pool of {gpus}, one per GPU (a hidden-state head's target loaded once per actor)" if gpus
+                 else f"actor pool of {pool} (draft model loaded once per actor)")
     else:
         rows_ds = records.map_batches(T.per_request_replay, batch_size=None, batch_format="pyarrow",
                                       fn_kwargs={"cfg_json": cfg_json, "midxs": per_request})
