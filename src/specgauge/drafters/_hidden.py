@@ -166,16 +166,41 @@ class HiddenFeed:
     def target_hidden(self, seq: Sequence[int]) -> Any:
         """The target's hidden states [T, L * H] (``hidden_layers`` side by side) at positions
         0..len(seq)-2: one teacher-forced pass over all but the last token, in the head's dtype."""
-        p = self.target.run(seq[:-1], self.hidden_layers)
-        return p.flat().to(device=self._device, dtype=self._dtype)
+        return self.target_pass(seq, ())[0]
 
     def target_pass(self, seq: Sequence[int], kv_layers: Sequence[int]) -> tuple[Any, dict[int, tuple[Any, Any]]]:
         """:meth:`target_hidden` and, from the same pass, the keys/values of ``kv_layers`` (post-RoPE
-        [T, hkv, D] each, in the head's dtype) — what Gemma 4's assistant reads."""
-        p = self.target.run(seq[:-1], self.hidden_layers, kv_layers=kv_layers)
+        [T, hkv, D] each, in the head's dtype) — what Gemma 4's assistant reads. The pass also keeps the
+        target's final-norm rows for :meth:`target_mismatch` (the last sequence's only)."""
+        from specgauge.targets.base import TargetError
+
+        ids = tuple(self.hidden_layers)
+        extra = () if "final" in ids else ("final",)
+        try:
+            p = self.target.run(seq[:-1], ids + extra, kv_layers=kv_layers)
+        except TargetError:  # a source without the final norm (a dump without the checkpoint's norm)
+            p, extra = self.target.run(seq[:-1], ids, kv_layers=kv_layers), ()
+        final = p.hidden[:, (ids + extra).index("final")] if "final" in ids + extra else None
+        self._final = (tuple(seq), final)
+        hid = p.hidden[:, : len(ids)].reshape(p.hidden.shape[0], -1)
         kv = {i: (k.to(device=self._device, dtype=self._dtype), v.to(device=self._device, dtype=self._dtype))
               for i, (k, v) in p.kv.items()}
-        return p.flat().to(device=self._device, dtype=self._dtype), kv
+        return hid.to(device=self._device, dtype=self._dtype), kv
+
+    def target_mismatch(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> int | None:
+        """The first output position whose logged token is not the teacher-forced target's greedy token
+        (None: all are, or nothing to check), from the pass the replay of this output made."""
+        import torch
+
+        seq = tuple(int(t) for t in [*prompt_ids, *output_ids])
+        cached = getattr(self, "_final", None)
+        if cached is None or cached[0] != seq or cached[1] is None or not output_ids:
+            return None
+        final = cached[1][len(prompt_ids) - 1:]  # rows P-1.. predict output tokens 0..n-1
+        w = self.target.lm_head_weight()
+        with torch.inference_mode():
+            greedy = (final.to(w.dtype) @ w.T).argmax(-1).cpu().tolist()
+        return next((i for i, (g, t) in enumerate(zip(greedy, output_ids)) if g != int(t)), None)
 
     def observe_hidden(self, request_id: str, hidden: Any) -> None:
         """The target's hidden states [n, len(hidden_layers) * H] of the next n verified positions."""

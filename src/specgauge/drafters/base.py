@@ -101,6 +101,10 @@ class ReplayTrace:
     #: drafter's counts are the server's (``offline`` sets them where not); a stateful drafter gives its
     #: own where asked (suffix with ``bounds=True``), else its counts are vouched for by nothing here
     bounds: CountBounds | None = None
+    #: hidden-state methods: the first output position whose logged token the teacher-forced target's
+    #: greedy token is not (the log was made by another model, or other numerics); None: it reproduces
+    #: every token, or the method reads no target. Only a greedy request's log must be reproduced.
+    target_mismatch: int | None = None
 
 
 def replay_by_stepping(

@@ -151,6 +151,13 @@ STORED: Entries = {
               "너머에서 수락하고 학습한 것을 알려 주지만, 각 끝 다음의 토큰 (모두 {tail}개)은 어떤 로그에도 없습니다. "
               "수락률은 [{lo}, {hi}] 안에 있고 (보장된 범위: 서버의 카운트가 그 안에 있음), 요청 {total}개 중 "
               "{inexact}개의 카운트는 정확하지 않습니다 (평균 폭: 수락 토큰 {width}개) (simulate --per-request: 행마다 범위)"},
+    "simulate.n.target_mismatch": {
+        "en": "{n} of {total} greedy logged outputs are not what the target as loaded emits (the median first "
+              "difference at output token {first}): the log was made by another model, or by other numerics (a "
+              "kernel, a dtype); those rows are not exact (simulate --per-request: target_mismatch)",
+        "ko": "그리디로 기록된 출력 {total}개 중 {n}개는 불러온 타깃이 내는 출력과 다릅니다 (처음 달라지는 출력 토큰 위치의 "
+              "중앙값: {first}): 로그를 다른 모델이나 다른 수치 계산(커널, dtype)이 만들었습니다. 그 행들은 정확하지 "
+              "않습니다 (simulate --per-request: target_mismatch)"},
     "simulate.n.final_bounds": {
         "en": "{n} of {total} outputs end inside a draft that still matched: a server also counts the draft tokens it "
               "accepted past the end, which no log shows, so the acceptance lies in [{lo}, {hi}] (guaranteed bounds; the "

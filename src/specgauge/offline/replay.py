@@ -246,7 +246,20 @@ class MethodReplay:
             for t in traces.values():
                 if t.bounds is None:
                     t.bounds = final_step_bounds(t, len(out))
+        mismatch = self._target_mismatch(prompt, out, stream)
+        for t in traces.values():
+            t.target_mismatch = mismatch
         return traces
+
+    def _target_mismatch(self, prompt: list[int], out: list[int], stream: str) -> int | None:
+        """Where the teacher-forced target of a hidden-state method does not reproduce the logged output
+        (``HiddenFeed.target_mismatch``, from the pass the replay made); None elsewhere."""
+        seq = tuple(int(t) for t in [*prompt, *out])
+        for d in [self.model] if self.whole_output else list(self.drafters(stream).values()):
+            cached = getattr(d, "_final", None)  # the pass this replay made (HiddenFeed.target_pass)
+            if cached is not None and cached[0] == seq:
+                return d.target_mismatch(prompt, out)  # type: ignore[no-any-return]
+        return None
 
     def _traces(self, rid: str, prompt: list[int], out: list[int], stream: str, ks: Sequence[int],
                 server: ServerReport | None, source: str) -> dict[int, ReplayTrace]:

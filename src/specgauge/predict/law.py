@@ -83,7 +83,7 @@ HIDDEN_HOST = ("host_par", "host_par0")
 REQUIRED = ("a", "r", "b", "c", "p", "q")
 SHAPES = ("flattened", "padded")
 #: methods whose drafter runs a neural network (per draft position; DFlash: one block forward per step)
-MODEL_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "medusa", "mlp_speculator", "deepseek_mtp")
+MODEL_METHODS = ("draft_model", "eagle", "eagle3", "mtp", "dflash", "dspark", "medusa", "mlp_speculator", "deepseek_mtp")
 DESCRIPTIONS = {
     "a": "per step",
     "r": "per request in the decode batch",

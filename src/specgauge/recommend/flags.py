@@ -14,6 +14,9 @@
   vLLM ``{"method":"mtp","num_speculative_tokens":K}`` (no ``model``: vLLM reads them from the target's
   checkpoint), SGLang ``--speculative-algorithm EAGLE`` without a draft path (its NEXTN alias). llama.cpp
   has neither.
+- Gemma 4's assistant: vLLM ``{"method":"mtp","model":ASSISTANT,...}`` (its own checkpoint). P-EAGLE:
+  ``{"method":"eagle3","model":HEAD,"parallel_drafting":true,...}``. DSpark: ``{"method":"dspark","model":HEAD,...}``
+  (``enable_adaptive_verification`` kept as given). No SGLang or llama.cpp mapping for these three here.
 - DFlash (block-parallel head): vLLM ``{"method":"dflash","model":HEAD,"num_speculative_tokens":K}``;
   SGLang ``--speculative-algorithm DFLASH --speculative-draft-model-path HEAD --speculative-num-draft-tokens
   K+1`` (its block: the anchor and K masks; SGLang forces num-steps and topk to 1). llama.cpp has none.
@@ -98,6 +101,10 @@ def sglang_command(spec: dict[str, Any] | None, model: str = "MODEL") -> tuple[s
         return f"{base} --speculative-algorithm NGRAM --speculative-num-steps {k} --speculative-num-draft-tokens {k + 1}", notes
     if sc.method == "draft_model":
         return f"{base} --speculative-algorithm STANDALONE --speculative-draft-model-path {shlex.quote(sc.model or 'DRAFT')} {steps}", notes
+    if sc.method == "mtp" and separate_mtp_draft(sc.model):
+        return None, ["no SGLang mapping for Gemma 4's assistant (vLLM's gemma4_mtp) here"]
+    if sc.method == "eagle3" and spec.get("parallel_drafting"):
+        return None, ["no SGLang mapping for parallel drafting (P-EAGLE) here; SGLang's EAGLE3 drafts sequentially"]
     if sc.method == "mtp":
         notes.append("SGLang runs a model's native MTP layers through its EAGLE worker (NEXTN is the same "
                      "algorithm); no draft model path")
@@ -112,11 +119,32 @@ def sglang_command(spec: dict[str, Any] | None, model: str = "MODEL") -> tuple[s
     return None, [f"no SGLang mapping for method {sc.method!r}"]
 
 
+#: keys the replay reads that vLLM's SpeculativeConfig has not (which model runner's MTP rule to replay)
+REPLAY_ONLY = ("mtp_runner",)
+
+
 def vllm_spec(spec: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The speculative config as vLLM takes it: an MTP head is the target's own layers, so no ``model``."""
-    if spec and spec.get("method") == "mtp":
-        return {k: v for k, v in spec.items() if k != "model"}
-    return spec
+    """The speculative config as vLLM takes it: an MTP head is the target's own layers, so no ``model`` —
+    unless it is a draft of its own (Gemma 4's assistant: ``{"method":"mtp","model":ASSISTANT}``); keys only
+    the replay reads are left out."""
+    if not spec:
+        return spec
+    out = {k: v for k, v in spec.items() if k not in REPLAY_ONLY}
+    if out.get("method") == "mtp" and not separate_mtp_draft(out.get("model")):
+        out.pop("model", None)
+    return out
+
+
+def separate_mtp_draft(model: Any) -> bool:
+    """Whether ``model`` is a draft vLLM's ``mtp`` method loads on its own (``model_type`` Gemma 4 assistant)
+    rather than the target's own MTP layers; read from its config.json where the directory is here."""
+    if not model:
+        return False
+    try:
+        cfg = json.loads((Path(str(model)) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("model_type") in ("gemma4_assistant", "gemma4_unified_assistant")
 
 
 def render_flags(spec: dict[str, Any] | None, model: str = "MODEL") -> Flags:

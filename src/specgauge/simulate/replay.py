@@ -77,11 +77,14 @@ class RequestAcceptance(BaseModel):
     bounds_kind: BoundsKind | None = None
     #: hidden-state heads: the optimistic teacher-forced figure over the same output (None: other methods)
     teacher_forced: TeacherForcedCounts | None = None
+    #: a greedy request whose logged output the teacher-forced target does not reproduce: the first output
+    #: position it differs at (its figures are not exact: the log was not made by this target as loaded)
+    target_mismatch: int | None = None
 
     @classmethod
     def from_trace(
         cls, trace: ReplayTrace, request_id: str, segment: str, method: str, k: int, output_tokens: int,
-        exact: bool = True,
+        exact: bool = True, greedy: bool = False,
     ) -> RequestAcceptance:
         steps, drafts, dtok, acc, per_pos, hist = _counts(trace, k)
         b = trace.bounds
@@ -89,11 +92,13 @@ class RequestAcceptance(BaseModel):
         if tft is not None:
             _, tf_drafts, tf_dtok, tf_acc, tf_pos, _ = _counts(tft, k)
             tf = TeacherForcedCounts(drafts=tf_drafts, draft_tokens=tf_dtok, accepted_tokens=tf_acc, per_position=tf_pos)
+        mismatch = trace.target_mismatch if greedy else None  # only a greedy output must be the target's argmax
         return cls(
             request_id=request_id, segment=segment, method=method, k=k,
             output_tokens=output_tokens,
             steps=steps, drafts=drafts, draft_tokens=dtok, accepted_tokens=acc,
-            per_position=per_pos, acceptance_histogram=hist, exact=exact and (b is None or b.exact),
+            per_position=per_pos, acceptance_histogram=hist,
+            exact=exact and (b is None or b.exact) and mismatch is None, target_mismatch=mismatch,
             tail_unknown=int(getattr(trace, "tail_unknown", 0)), cache_unknown=int(getattr(trace, "cache_unknown", 0)),
             bounds=b.as_lists() if b is not None else None, bounds_kind=b.kind if b is not None else None,
             teacher_forced=tf,
@@ -156,6 +161,9 @@ class AcceptanceSummary(BaseModel):
     #: over most drafted), the requests whose bounds differ, and their mean width in accepted tokens
     acceptance_rate_bounds: list[float] | None = None
     inexact_requests: int = 0
+    #: greedy requests whose logged output the teacher-forced target does not reproduce (their rows are
+    #: not exact; hidden-state methods only)
+    target_mismatch_requests: int = 0
     mean_bound_width: float | None = None
     #: "guaranteed" when every request's bounds are, "extremes" when any are the replay's extremes (the
     #: interval then guarantees nothing); None without bounds
@@ -193,6 +201,8 @@ class AcceptanceAccumulator:
         self.extremes = 0  # requests whose bounds are the replay's extremes, not guaranteed
         self.tf_rows = self.tf_drafts = self.tf_dtok = self.tf_acc = 0
         self.tf_pos = np.zeros(k, dtype=np.int64)
+        self.target_mismatch = 0  # greedy requests the teacher-forced target does not reproduce
+        self.first_mismatch: list[int] = []
 
     def add(self, r: RequestAcceptance) -> None:
         self.requests += 1
@@ -214,6 +224,9 @@ class AcceptanceAccumulator:
         self.open_tails += r.tail_unknown > 0
         self.tail_unknown += r.tail_unknown
         self.after_unknown += r.cache_unknown > 0
+        if r.target_mismatch is not None:
+            self.target_mismatch += 1
+            self.first_mismatch.append(r.target_mismatch)
         if r.bounds is None:  # the server's counts: both ends of the interval
             self.acc_lo, self.acc_hi = self.acc_lo + r.accepted_tokens, self.acc_hi + r.accepted_tokens
             self.dt_lo, self.dt_hi = self.dt_lo + r.draft_tokens, self.dt_hi + r.draft_tokens
@@ -260,6 +273,9 @@ class AcceptanceAccumulator:
         elif self.open_tails:
             notes.append(en("simulate.n.open_tails", n=self.open_tails, total=self.requests, tail=self.tail_unknown,
                             after=self.after_unknown))
+        if self.target_mismatch:
+            notes.append(en("simulate.n.target_mismatch", n=self.target_mismatch, total=self.requests,
+                            first=int(np.median(self.first_mismatch))))
         return AcceptanceSummary(
             method=self.method, k=self.k, requests=self.requests, output_tokens=self.output_tokens,
             decode_tokens=self.decode_tokens, steps=steps,
@@ -277,5 +293,6 @@ class AcceptanceAccumulator:
             requests_after_unknown=self.after_unknown, notes=notes,
             acceptance_rate_bounds=bounds,
             inexact_requests=self.inexact, mean_bound_width=self.width / self.bounded if self.bounded else None,
-            bounds_kind=kind, **self._teacher_forced(),  # type: ignore[arg-type]
+            bounds_kind=kind, target_mismatch_requests=self.target_mismatch,
+            **self._teacher_forced(),  # type: ignore[arg-type]
         )

@@ -228,7 +228,8 @@ class ReplayTally:
     def add_traces(self, req: ReplayedRequest, label: str, traces: dict[int, ReplayTrace], keep: bool = True) -> None:
         """One request's traces for one method: a row per k, and (``keep``) the traces for the law."""
         for k, trace in traces.items():
-            self.add(RequestAcceptance.from_trace(trace, req.id, req.segment, label, k, len(req.output_ids), req.exact))
+            self.add(RequestAcceptance.from_trace(trace, req.id, req.segment, label, k, len(req.output_ids), req.exact,
+                                                  greedy=req.greedy))
         if keep and self.fitted is not None:
             if not self.kept or self.kept[-1] is not req:
                 self.kept.append(req)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -50,6 +51,8 @@ def config_label(spec: dict[str, Any] | None) -> str:
     if spec is None:
         return BASELINE
     method, k = method_and_k(spec)
+    if method == "eagle3" and spec.get("parallel_drafting"):
+        method = "peagle"  # P-EAGLE: vLLM runs it as eagle3 with parallel drafting
     label = f"{method}-k{k}" if k else str(method)
     if spec.get("num_speculative_tokens_per_batch_size"):
         label += "-sched"
@@ -98,8 +101,9 @@ def parse_config(text: str) -> ServerConfig:
 def grid_method(text: str, k: int) -> dict[str, Any]:
     """One ``--method`` entry of the grid shorthand at proposal length ``k``.
 
-    ``ngram`` | ``suffix`` | ``draft_model:DIR`` (also ``draft:DIR``) | ``METHOD:DIR`` (eagle, eagle3, …)
-    | ``METHOD`` (any other model-free vLLM method)."""
+    ``ngram`` | ``suffix`` | ``draft_model:DIR`` (also ``draft:DIR``) | ``METHOD:DIR`` (eagle, eagle3, mtp,
+    dflash, dspark, …; ``peagle:DIR`` is vLLM's eagle3 with ``parallel_drafting``) | ``METHOD`` (any other
+    model-free vLLM method)."""
     name, _, arg = text.strip().partition(":")
     name = {"draft": "draft_model", "prompt_lookup": "ngram"}.get(name, name)
     if not name:
@@ -110,9 +114,30 @@ def grid_method(text: str, k: int) -> dict[str, Any]:
         if not arg:
             raise ConfigError(f"--method {text!r}: a draft model needs its directory: draft_model:DIR")
         return {"model": arg, "num_speculative_tokens": k}
+    if name == "mtp" and arg:
+        _check_mtp_k(text, arg, k)
+    if name == "peagle":
+        if not arg:
+            raise ConfigError(f"--method {text!r}: a P-EAGLE head needs its directory: peagle:DIR")
+        return {"method": "eagle3", "model": arg, "num_speculative_tokens": k, "parallel_drafting": True}
     if arg:
         return {"method": name, "model": arg, "num_speculative_tokens": k}
     return {"method": name, "num_speculative_tokens": k}
+
+
+def _check_mtp_k(text: str, model: str, k: int) -> None:
+    """vLLM 0.32 (``SpeculativeConfig``) refuses a k above the target's MTP layer count that is not a
+    multiple of it; say so here, before a server or a recommendation is built on it."""
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(cfg, dict):
+        return
+    n = int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)
+    if n > 1 and k > n and k % n:
+        raise ConfigError(f"--method {text} --k {k}: vLLM needs num_speculative_tokens <= the target's "
+                          f"{n} MTP layers or a multiple of {n}")
 
 
 def expand_grid(methods: Sequence[str], ks: Sequence[int]) -> list[ServerConfig]:
