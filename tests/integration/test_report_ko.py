@@ -105,13 +105,21 @@ def test_hand_made_runs_report_in_korean_and_english(tmp_path: Path) -> None:
     assert "마진" in pk["verdict"] and "margin" in pe["verdict"]  # findings and reason sentences, not only the badge
 
 
+def sample_ids() -> set[str]:
+    from specgauge.workload.loaders import load_workload
+    from specgauge.workload.samples import sample_logged_path
+
+    return {it.request.id for it in load_workload([sample_logged_path()])}
+
+
 #: the demo's data: its segments, methods, models, run labels, metric names, replay backends, language codes.
 #: Names the Korean catalogue writes itself (CPU, EAGLE, flattened…) and the law's parameter names (knee…) are
 #: names for every check (``test_report_ko_sections.names``): what a run happens to print cannot fail it
 DEMO_NAMES = {"agent_logs", "code_review", "rag_answer", "support_summary", "tool_calling", "tiny-target", "tiny-draft",
               "tiny-eagle3", "draft_model:tiny-draft", "eagle3:tiny-eagle3", "native", "python", "embedded:per-request",
               "specgauge:kv_cache_capacity_bytes", "vllm:kv_cache_usage_perc", "specgauge:model_weight_bytes",
-              "eagle3", "draft_model", "hf:tiny-target", "bench-baseline", "bench-speculative", "en", "ko"}
+              "eagle3", "draft_model", "hf:tiny-target", "bench-baseline", "bench-speculative", "en", "ko",
+              *sample_ids()}  # the shipped sample's request ids (bench's stalls and structured outputs name them)
 #: a method label (suffix-k4, eagle3-k2/c1), a law parameter (host[ngram]), a one-letter term
 _NAME = re.compile(r"[a-z_0-9]+-k\d+(/c\d+)?|[a-z_]+\[[a-z_0-9]+\]|[a-z]")
 

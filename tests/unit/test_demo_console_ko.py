@@ -13,6 +13,7 @@ import io
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 import specgauge.demo as demo
@@ -77,3 +78,20 @@ def test_a_line_the_catalogue_lacks_is_still_caught() -> None:
     assert _english("측정 잡음: 공유 CPU에서 실측") == []
     assert _english("the live speedup moved between the calibration and the A/B") == \
         ["between", "calibration", "live", "moved", "speedup", "the"]
+
+
+@pytest.mark.slow  # loads torch, transformers and the tiny target: 10-35 s on the shared 2 cores
+def test_a_head_replay_under_ko_prints_no_loading_bar() -> None:
+    """The demo's step 2 replays an EAGLE-3 head: loading its target through transformers drew an English
+    "Loading weights" progress bar into the Korean console (stderr), on every run."""
+    import subprocess
+    import sys
+
+    from specgauge.models import eagle3_dir, heads_available
+
+    if not heads_available():
+        pytest.skip("shipped tiny heads missing")
+    r = subprocess.run([sys.executable, "-m", "specgauge", "simulate", "-m", f"eagle3:{eagle3_dir()}", "-k", "2",
+                        "--limit", "1", "--lang", "ko"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Loading" not in r.stderr and _english(r.stderr) == [], r.stderr

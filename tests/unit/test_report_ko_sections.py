@@ -93,6 +93,8 @@ def _words(text: str) -> list[str]:
     text = re.sub(r"--[a-z][a-z-]*", "", text)  # flags are names
     text = re.sub(r"\S+\.(?:json|jsonl|html|csv|gz)(?![A-Za-z])|(?<!\w)/[a-z]\w*|\w+_\w+", "", text)  # files, URL paths, fields
     text = re.sub(r"\{[^{}]*\}", "", text)  # JSON the user pastes (speculative configs); catalogue placeholders
+    # what the console quotes it did not write: a model's output ('tems'), a validator's own words (“…”)
+    text = re.sub(r"(?<!\w)'[^'\n]*'(?!\w)|(?<!\w)\"[^\"\n]*\"(?!\w)|“[^”\n]*”", "", text)
     return re.findall(r"[A-Za-z][A-Za-z0-9_\-]*", text)
 
 

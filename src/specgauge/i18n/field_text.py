@@ -77,19 +77,20 @@ ENTRIES: Entries = {
 }
 
 STORED: Entries = {
-    # structured.py: one record's output check (error field)
+    # structured.py: one record's output check (error field); {error} is the JSON parser's or jsonschema's own
+    # English, quoted in Korean as the validator's words
     "out.e.unclosed": {"en": "tool call {n}: <tool_call> without </tool_call>", "ko": "도구 호출 {n}: </tool_call> 없는 <tool_call>"},
-    "out.e.block_json": {"en": "tool call {n}: not JSON ({error})", "ko": "도구 호출 {n}: JSON이 아님 ({error})"},
+    "out.e.block_json": {"en": "tool call {n}: not JSON ({error})", "ko": "도구 호출 {n}: JSON이 아님 (“{error}”)"},
     "out.e.block_shape": {"en": "tool call {n}: not an object with a name and arguments",
                           "ko": "도구 호출 {n}: name과 arguments를 가진 객체가 아님"},
     "out.e.unknown_tool": {"en": "tool call {n}: {name} is not an offered tool", "ko": "도구 호출 {n}: {name}은(는) 제공된 도구가 아님"},
     "out.e.args_json": {"en": "tool call {n} ({name}): arguments are not JSON ({error})",
-                        "ko": "도구 호출 {n} ({name}): 인자가 JSON이 아님 ({error})"},
+                        "ko": "도구 호출 {n} ({name}): 인자가 JSON이 아님 (“{error}”)"},
     "out.e.args_schema": {"en": "tool call {n} ({name}): arguments break the schema: {error}",
-                          "ko": "도구 호출 {n} ({name}): 인자가 스키마를 어김: {error}"},
+                          "ko": "도구 호출 {n} ({name}): 인자가 스키마를 어김: “{error}”"},
     "out.e.no_call": {"en": "no tool call though the request required one", "ko": "요청이 도구 호출을 요구했으나 호출 없음"},
-    "out.e.not_json": {"en": "the output is not JSON ({error})", "ko": "출력이 JSON이 아님 ({error})"},
-    "out.e.schema": {"en": "the output breaks the schema: {error}", "ko": "출력이 스키마를 어김: {error}"},
+    "out.e.not_json": {"en": "the output is not JSON ({error})", "ko": "출력이 JSON이 아님 (“{error}”)"},
+    "out.e.schema": {"en": "the output breaks the schema: {error}", "ko": "출력이 스키마를 어김: “{error}”"},
     "out.e.cut": {"en": "{why} (cut at max_tokens)", "ko": "{why} (max_tokens에서 잘림)"},
     # stats/verdict.py: compare's reasons and notes on structured outputs
     "verdict.outputs_worse": {"en": "the candidate breaks more structured outputs: {kc} of {nc} invalid against {kb} of {nb} in the baseline (Fisher one-sided p={p} < {alpha}); first: {first}",

@@ -134,11 +134,18 @@ class TransformersTarget:
                 raise TargetError(f"target {name}: device_map={device_map!r} needs the accelerate package "
                                   "(pip install accelerate)") from None
             kw["device_map"] = device_map
+        from transformers.utils import logging as hf_logging
+
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its "Loading weights" bar wrote English into every command's console
         try:
             model = AutoModelForCausalLM.from_pretrained(path, **kw)
         except (OSError, ValueError, KeyError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TargetError(f"target {name}: transformers cannot load it: {first}") from None
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
         if device_map is None:
             model = model.to(dev)
         return cls(model, name)
