@@ -131,6 +131,10 @@ class SpeculativeConfig(BaseModel):
             raise ConfigError(f"--speculative-config: {format_validation_error(e)}") from None
 
 
+#: vLLM's per-batch-size proposal length in a speculative config: a list of [first batch, last batch, k]
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
 def schedule_k(schedule: list[list[int]], batch: int) -> int:
     """The k vLLM's ``num_speculative_tokens_per_batch_size`` gives a step of ``batch`` scheduled requests:
     the range holding it; past the last range the last k; before the first (none: it starts at 1) the first."""

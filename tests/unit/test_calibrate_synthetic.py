@@ -193,3 +193,19 @@ def test_serve_without_cuda_says_so_in_one_line(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=120)
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and "cuda" in lines[0] and "Traceback" not in r.stderr, lines
+
+
+def test_compare_k_puts_the_recommended_schedule_beside_each_fixed_k() -> None:
+    from specgauge.recommend.variants import compare_k
+
+    ng = {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    params = {"a": 0.020, "r": 0.0, "b": 0.00012, "c": 0.0, "p": 1e-6, "q": 0.001, "host[ngram]": 0.00005}
+    names = list(params)
+    prof = StepCostProfile(params=params, param_names=names, bootstrap=[[params[n] for n in names]] * 3)  # a band of width 0
+    cmp = compare_k(prof, [sample_logged_path()], [{**ng, "num_speculative_tokens": k} for k in (1, 4, 8)], [1, 16, 64], num_prompts=64)
+    assert cmp.schedule == [[1, 4, 8], [5, 32, 1], [33, 256, 0]], cmp.headline
+    got = {(r.variant, r.label, r.concurrency): r.speedup for r in cmp.rows}
+    # where a band's k holds for the whole run the schedule is that fixed k; its ramp and drain differ a little
+    assert got[("schedule", "ngram-k8-sched", 1)] == pytest.approx(got[("fixed", "ngram-k8", 1)], rel=1e-9)
+    assert got[("schedule", "ngram-k8-sched", 16)] == pytest.approx(got[("fixed", "ngram-k1", 16)], rel=0.02)
+    assert got[("schedule", "ngram-k8-sched", 64)] < 1.0  # at 64 its ramp and drain steps still draft (k = 1 or 8): not "off"

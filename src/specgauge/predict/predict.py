@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.config import schedule_k
+from specgauge.config import SCHEDULE_KEY, schedule_k
 from specgauge.i18n import en
 from specgauge.predict.law import (
     KNEE,
@@ -39,8 +39,6 @@ from specgauge.predict.schedule import (
 from specgauge.predict.types import CellPrediction, CellSpec
 
 StepFn = Callable[..., float]
-#: vLLM's per-batch-size proposal length in a speculative config (a list of [first batch, last batch, k])
-SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
 def per_step_k(spec: dict[str, Any] | None) -> bool:

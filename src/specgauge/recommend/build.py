@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from specgauge.config import MIN_SPEEDUP
+from specgauge.config import MIN_SPEEDUP, SCHEDULE_KEY
 from specgauge.i18n import en
 from specgauge.recommend.choose import METHOD_COST, choose
 from specgauge.recommend.flags import render_flags
@@ -31,7 +31,6 @@ from specgauge.recommend.models import BandChoice, Option, Recommendation, Segme
 from specgauge.recommend.schedule import bands_for, build_schedule, validate_schedule
 from specgauge.sweep.analysis import crossover
 
-SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
 class RecommendSettings(BaseModel):

@@ -21,11 +21,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from specgauge.config import SCHEDULE_KEY
 from specgauge.i18n import en
 from specgauge.predict import CellSpec, StepCostProfile, predict_cells
 from specgauge.predict.replay import ADAPTIVE_KEY, WorkloadReplay
 from specgauge.predict.types import CellPrediction, ProfileError
-from specgauge.recommend.build import SCHEDULE_KEY, RecommendSettings, family_key, recommend
+from specgauge.recommend.build import RecommendSettings, family_key, recommend
 from specgauge.recommend.sources import options_from_predictions
 
 #: methods whose server can verify fewer drafts than it proposed, per request (vLLM: DSpark only)
