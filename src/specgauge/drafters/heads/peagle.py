@@ -84,15 +84,6 @@ class PEagleHead(Eagle3Head):
         out["mask_hidden"] = mask.reshape(-1)
         return out
 
-    @classmethod
-    def checkpoint_hook(cls, sd: dict[str, Tensor], spec: HeadSpec, target_num_layers: int) -> dict[str, Tensor]:
-        """EAGLE-3's names; no d2t / t2d for the target's whole vocabulary (vLLM's Eagle3 model has no
-        ``draft_id_to_target_id`` then, and refuses a checkpoint that carries one)."""
-        out = super().checkpoint_hook(sd, spec, target_num_layers)
-        if spec.draft_vocab_size == spec.vocab_size and not bool(sd["d2t"].any()):
-            out = {k: v for k, v in out.items() if k not in ("d2t", "t2d")}
-        return out
-
     def replay_levels(self, feed: Any, seq: list[int], n_levels: int, start: int, parallel_drafting: bool = False,
                       **opts: Any) -> list[Tensor]:
         """With ``parallel_drafting`` (vLLM's flag) levels >= 1 are the mask slots; without it the head
