@@ -209,3 +209,23 @@ def test_compare_k_puts_the_recommended_schedule_beside_each_fixed_k() -> None:
     assert got[("schedule", "ngram-k8-sched", 1)] == pytest.approx(got[("fixed", "ngram-k8", 1)], rel=1e-9)
     assert got[("schedule", "ngram-k8-sched", 16)] == pytest.approx(got[("fixed", "ngram-k1", 16)], rel=0.02)
     assert got[("schedule", "ngram-k8-sched", 64)] < 1.0  # at 64 its ramp and drain steps still draft (k = 1 or 8): not "off"
+
+
+@pytest.mark.slow  # the draft model's teacher-forced pass: ~5-15 s on a busy 2-core host
+def test_the_adaptive_oracle_verifies_exactly_what_is_accepted() -> None:
+    """The seam for DSpark's adaptive verification (``enable_adaptive_verification: "oracle"``): every step
+    drafts as many tokens as it will accept, so it is never slower than the same k verifying all k drafts."""
+    from specgauge.models import draft_dir
+
+    dm = {"method": "draft_model", "model": str(draft_dir()), "num_speculative_tokens": 4}
+    rep = WorkloadReplay([sample_logged_path()], None, 6)
+    fixed, oracle = rep.positions(dm), rep.positions({**dm, "enable_adaptive_verification": "oracle"})
+    for f, o in zip(fixed, oracle, strict=True):
+        assert (o.drafted == o.accepted).all() and (o.accepted == f.accepted).all() and (f.drafted == 4).all()
+    with pytest.raises(Exception, match="no replay of adaptive verification"):
+        rep.positions({**dm, "enable_adaptive_verification": True})
+    prof = StepCostProfile(params={**LAW, "draft_step[draft_model]": 0.002})
+    cells = [CellSpec(label=lb, speculative_config=sp, concurrency=4)
+             for lb, sp in (("k4", dm), ("oracle", {**dm, "enable_adaptive_verification": "oracle"}))]
+    k4, best = predict_cells(prof, [sample_logged_path()], cells, num_prompts=6, replay=rep)
+    assert best.speedup >= k4.speedup and best.tokens_per_forward < k4.tokens_per_forward

@@ -201,6 +201,8 @@ STORED: Entries = {
     "variants.title": {"en": "{method}: fixed k beside vLLM's num_speculative_tokens_per_batch_size schedule (predicted, same replay and law)",
                        "ko": "{method}: 고정 k와 vLLM의 num_speculative_tokens_per_batch_size 스케줄 비교 (같은 재생·법칙으로 예측)"},
     "variants.schedule": {"en": "recommended schedule: {schedule}", "ko": "권장 스케줄: {schedule}"},
+    "variants.n.oracle": {"en": "{label}: an upper bound, not a prediction — every step verifies exactly the drafts that will be accepted; vLLM's adaptive verification picks its lengths from the head's confidences and cost tables profiled on the serving GPU, which no log holds",
+                          "ko": "{label}: 예측이 아닌 상한 — 모든 스텝이 수락될 드래프트만 정확히 검증함; vLLM의 적응형 검증은 헤드의 신뢰도와 서빙 GPU에서 잰 비용표로 길이를 고르며, 그 둘은 어떤 로그에도 없음"},
     "variants.c.schedule": {"en": "schedule", "ko": "스케줄"},
     "variants.c.adaptive": {"en": "adaptive", "ko": "적응형 검증"},
     "rec.n.bands": {"en": "bands are keyed by the client concurrency each cell ran at; vLLM keys its schedule by the requests scheduled per step, which a closed loop at concurrency C keeps near C",

@@ -212,6 +212,10 @@ class WorkloadReplay:
             if r.greedy:
                 mr.traces(f"{r.id}~prior{n}", "the server's earlier requests", r.prompt_ids, r.output_ids)
         drafter = mr.drafters()[k]
+        runs_at = getattr(drafter, "runs_at", None)
+        if runs_at is not None:  # a block drafter (DFlash, DSpark): k drafts a step, its accepted run per position
+            return [PositionTrace(np.full(len(r.output_ids), k, dtype=np.int64),
+                                  np.minimum(runs_at(r.prompt_ids, r.output_ids, k), k).astype(np.int64)) for r in self.requests]
         seen: dict[str, PositionTrace] = {}
         out: list[PositionTrace] = []
         for r in self.requests:
@@ -224,16 +228,27 @@ class WorkloadReplay:
 
     def _adaptive_positions(self, mspec: MethodSpec, method: str, k: int, spec: dict[str, Any]) -> list[PositionTrace]:
         """The seam for verification lengths a server picks per request (DSpark's
-        ``enable_adaptive_verification``: vLLM verifies fewer than k drafts where the head's confidence is
-        low). A drafter that replays it offers ``adaptive_positions(prompt_ids, output_ids, kmax) ->
-        PositionTrace`` (per output position: the drafts verified after the cut, and how many the output
-        continues); none in the registry does yet, and then this says so."""
-        model = self._method(mspec, k, spec).model if offers_whole_output(method) else None
-        fn = getattr(model, "adaptive_positions", None)
-        if fn is None:
+        ``enable_adaptive_verification``: vLLM verifies fewer than k drafts, chosen from the head's confidences
+        and cost tables profiled on the serving GPU — neither is in a log). A drafter that replays it offers
+        ``adaptive_positions(prompt_ids, output_ids, kmax) -> PositionTrace`` (per output position: the drafts
+        verified, and how many the output continues); none in the registry does yet. ``ADAPTIVE_KEY: "oracle"``
+        asks instead for the policy no server beats: each step verifies exactly the drafts that will be
+        accepted (fewest steps, no rejected token in any forward) — an upper bound, never a prediction."""
+        mr = self._method(mspec, k, spec)
+        drafter = mr.model if mr.whole_output else mr.drafters()[k]
+        fn = getattr(drafter, "adaptive_positions", None)
+        if fn is not None and spec.get(ADAPTIVE_KEY) != "oracle":
+            return [fn(r.prompt_ids, r.output_ids, k) for r in self.requests]
+        runs_at = getattr(drafter, "runs_at", None)
+        if spec.get(ADAPTIVE_KEY) != "oracle" or (runs_at is None and not mr.whole_output):
             raise ProfileError(f"speculative config {json.dumps(spec)}: no replay of adaptive verification for {method} "
                                "(its drafter offers no adaptive_positions)")
-        return [fn(r.prompt_ids, r.output_ids, k) for r in self.requests]
+        out = []
+        for r in self.requests:
+            run = runs_at(r.prompt_ids, r.output_ids, k) if runs_at is not None else drafter.accept_runs(r.prompt_ids, r.output_ids, k)
+            best = np.minimum(run[: len(r.output_ids)], k).astype(np.int64)
+            out.append(PositionTrace(best, best.copy()))
+        return out
 
     @staticmethod
     def _method(mspec: MethodSpec, k: int, spec: dict[str, Any] | None) -> MethodReplay:

@@ -1,6 +1,6 @@
 """What vLLM decides for itself, side by side: one method at each fixed k, the
 ``num_speculative_tokens_per_batch_size`` schedule recommend builds from those, and — for DSpark —
-adaptive verification, each predicted on the same workload from the same replay and the same law.
+adaptive verification's upper bound, each predicted on the same workload from the same replay and the same law.
 
 The schedule's cells are simulated with k chosen per step from the requests the step schedules (as vLLM
 keys it), every request's drafts taken at its position from one table of proposals
@@ -102,12 +102,13 @@ def compare_k(profile: StepCostProfile, workload: Sequence[Path], configs: Seque
     if method in ADAPTIVE_METHODS:
         kmax = max(int(c.get("num_speculative_tokens") or 0) for c in configs)
         spec_a = {**max(configs, key=lambda c: int(c.get("num_speculative_tokens") or 0)), "num_speculative_tokens": kmax,
-                  ADAPTIVE_KEY: True}
-        label = f"{config_label(spec_a)}-adaptive"
+                  ADAPTIVE_KEY: "oracle"}
+        label = f"{config_label(spec_a)}-adaptive-oracle"
         try:
             ad = predict_cells(profile, workload, [CellSpec(label=label, speculative_config=spec_a, concurrency=c) for c in concs],
                                tokenizer=tokenizer, num_prompts=num_prompts, replay=replay, reused_server=reused_server)
             out.rows += [_row("adaptive", p) for p in ad]
+            out.notes.append(en("variants.n.oracle", label=label))
         except ProfileError as e:
             out.rows += [VariantRow(variant="adaptive", label=label, concurrency=c, reason=str(e)) for c in concs]
     return out
