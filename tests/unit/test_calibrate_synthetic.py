@@ -155,6 +155,7 @@ def test_same_method_other_k_is_explained() -> None:
 # ---------------------------------------------------------------------------- engine
 
 
+@pytest.mark.slow  # torch's import and three tiny engines: ~6-13 s on a busy 2-core host
 def test_engine_device_and_dtype_plumb_through_and_cuda_missing_is_one_line(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from specgauge.engine.core import Engine, generate
