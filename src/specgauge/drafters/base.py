@@ -292,7 +292,8 @@ def known_methods() -> str:
     tf = [k for k in kinds if callable(getattr(_REGISTRY[k], "accept_runs_and_teacher_forced", None))]
     text = ", ".join(kinds)
     if tf:
-        text += (f" ({' and '.join(tf)} also give the teacher-forced figure training tools print, beside the replayed one: "
+        who = tf[0] if len(tf) == 1 else f"{', '.join(tf[:-1])} and {tf[-1]}"
+        text += (f" ({who} also give the teacher-forced figure training tools print, beside the replayed one: "
                  f"--method {tf[0]}:DIR; it is not a method of its own)")
     return text
 
