@@ -2,15 +2,15 @@
 
 The replay cannot be faster than one target forward over the same tokens. This prints tokens/s of
 
-* **bare forward** — transformers' own forward over prompt + output (``model(ids, logits_to_keep=1)``:
-  the decoder and one row of logits; the floor);
+* **bare forward** — transformers' own forward over prompt + output (``model(ids, logits_to_keep=1,
+  use_cache=False)``: the decoder and one row of logits; the floor);
 * **target pass** — the replay's teacher-forced pass (``TransformersTarget.run``: the decoder with hooks
   on the head's layers, no lm_head);
 * **head chains** — ``chain.draft_ids`` over the same positions (every chain of k drafts at once, the
   lm_head only where a chain is still alive, as the replay runs it);
 * **whole replay** — ``Eagle3Drafter.replay_arrays`` per request (the two above, argmaxes, runs);
 
-and the whole replay's ratio to the bare forward (goal: >= 0.8x on the CPU with a ~100M-parameter
+and the whole replay's ratio to the bare forward (repeats interleaved round-robin, medians) (goal: >= 0.8x on the CPU with a ~100M-parameter
 model). With a GPU (``--device cuda``; ROCm is cuda too), ``--shape llama3-8b`` runs a Llama-3-8B-shaped
 random-weight target in bfloat16 and prints the fraction of the card's bf16 dense peak; without one it
 prints "no GPU was available". Weights are random: speed does not depend on them.
@@ -68,19 +68,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def timed(fn: Callable[[], Any], repeats: int, device: torch.device) -> float:
-    """Median wall seconds of ``fn`` after one warm-up call."""
-    fn()
-    out = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+def timed(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, float]:
+    """Median wall seconds of each of ``fns`` after one warm-up call each, the repeats interleaved
+    (round-robin), so a machine whose load drifts slows every side alike."""
+    for fn in fns.values():
         fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            out[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in out.items()}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         def bare() -> None:
             with torch.inference_mode():
                 for x in ids:
-                    model(x[None], logits_to_keep=1)
+                    model(x[None], logits_to_keep=1, use_cache=False)
 
         def target_pass() -> None:
             for p, o in reqs:
@@ -136,8 +139,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for p, o in reqs:
                 drafter.replay_arrays(p, o, a.k)
 
-        t = {name: timed(fn, a.repeats, dev) for name, fn in
-             (("bare forward", bare), ("target pass", target_pass), ("head chains", chains), ("whole replay", whole))}
+        t = timed({"bare forward": bare, "target pass": target_pass, "head chains": chains, "whole replay": whole},
+                  a.repeats, dev)
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"{shape}: {n_params / 1e6:.0f}M parameters, {dtype}, {where}; {a.requests} requests x "
           f"{a.prompt}+{a.output} tokens, EAGLE-3 head (aux {aux}, draft vocab {min(a.draft_vocab, cfg.vocab_size)}), k={a.k}")
