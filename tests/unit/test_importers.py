@@ -14,7 +14,8 @@ import zstandard
 from typer.testing import CliRunner
 
 from specgauge.cli import app
-from specgauge.workload.loaders import LoadOptions, LoadReport, detect_format, iter_workload, load_workload
+from specgauge.workload.detect import detect_format
+from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload, load_workload
 from specgauge.workload.reader import WorkloadError
 
 DATA = Path(__file__).resolve().parents[1] / "data"

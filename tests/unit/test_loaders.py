@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from specgauge.workload.loaders import LoadOptions, LoadReport, detect_format, iter_workload, load_workload
+from specgauge.workload.detect import detect_format
+from specgauge.workload.loaders import LoadOptions, LoadReport, iter_workload, load_workload
 from specgauge.workload.reader import WorkloadError
 from specgauge.workload.schema import ApiKind
 

@@ -12,13 +12,12 @@ token ids, so ``simulate`` re-tokenises and labels the replay approximate.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from specgauge.workload.formats import FieldError, _jtype
 from specgauge.workload.importers.common import build_item, json_text, otel_message, otel_messages
 from specgauge.workload.importers.docs import documents
-from specgauge.workload.reader import WorkloadError
+from specgauge.workload.reader import WorkloadError, WorkloadFile
 from specgauge.workload.schema import WorkloadItem
 
 _SNAKE = {"trace_id": "traceId", "start_time": "startTime", "end_time": "endTime",
@@ -124,11 +123,10 @@ def _generations(doc: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "", doc
 
 
-def records(path: Path, max_line_bytes: int,
-            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+def records(f: WorkloadFile) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
     arrays = {"data": "data"}  # an ingestion batch is read whole: its -update events merge into -create
-    stem = path.name
-    for where, doc in documents(path, max_line_bytes, arrays, max_decompressed_bytes):
+    stem = f.path.name
+    for where, doc in documents(f, arrays):
         if isinstance(doc, WorkloadError):
             yield where, doc
             continue

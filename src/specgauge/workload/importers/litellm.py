@@ -19,14 +19,13 @@ and never as ``usage``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from specgauge.workload.formats import FieldError, _jtype
 from specgauge.workload.importers.common import build_item, json_text, otel_messages
 from specgauge.workload.importers.docs import documents
 from specgauge.workload.importers.langfuse import _output
-from specgauge.workload.reader import WorkloadError
+from specgauge.workload.reader import WorkloadError, WorkloadFile
 from specgauge.workload.schema import WorkloadItem
 
 MODEL_CALLS = {"completion", "acompletion", "text_completion", "atext_completion", "chat_completion"}
@@ -102,10 +101,9 @@ def item_from_payload(obj: dict[str, Any], default_id: str) -> WorkloadItem:
                       tools=tools, tool_choice=tool_choice)
 
 
-def records(path: Path, max_line_bytes: int,
-            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
-    stem = path.name
-    for where, doc in documents(path, max_line_bytes, {}, max_decompressed_bytes):
+def records(f: WorkloadFile) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+    stem = f.path.name
+    for where, doc in documents(f, {}):
         if isinstance(doc, WorkloadError):
             yield where, doc
             continue

@@ -23,14 +23,13 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from specgauge.i18n import en
 from specgauge.workload.formats import FieldError, _jtype
 from specgauge.workload.importers.common import build_item, json_text, otel_message, otel_messages, system_instructions
-from specgauge.workload.importers.docs import documents, layout, top_keys
-from specgauge.workload.reader import WorkloadError
+from specgauge.workload.importers.docs import documents
+from specgauge.workload.reader import WorkloadError, WorkloadFile
 from specgauge.workload.schema import WorkloadItem
 
 LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "completion"}
@@ -248,16 +247,15 @@ def _fragment(label: str, res: dict[str, Any], rec: dict[str, Any], is_log: bool
     return Fragment(where, label, "call" if has_prompt else "bare", key, attrs, meta)
 
 
-def fragments(path: Path, max_line_bytes: int,
-              max_decompressed_bytes: int | None = None) -> Iterator[Fragment | WorkloadError]:
+def fragments(f: WorkloadFile) -> Iterator[Fragment | WorkloadError]:
     """Every model-call fragment of an OTLP JSON export, in file order; a broken document is a
     ``WorkloadError`` naming its place, and reading goes on with the next one."""
-    console = console_export(path, max_line_bytes, max_decompressed_bytes)
+    console = console_export(f)
     if console is not None:
-        yield WorkloadError(str(path), en("import.otlp.console", exporter=console))
+        yield WorkloadError(f.name, en("import.otlp.console", exporter=console))
         return
     arrays = {"resourceSpans": "resourceSpans", "resourceLogs": "resourceLogs"}
-    for where, doc in documents(path, max_line_bytes, arrays, max_decompressed_bytes):
+    for where, doc in documents(f, arrays):
         if isinstance(doc, WorkloadError):
             yield doc
             continue
@@ -325,16 +323,16 @@ def console_record(obj: Any) -> str | None:
     return None
 
 
-def console_export(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = None) -> str | None:
+def console_export(f: WorkloadFile) -> str | None:
     """The console exporter's name when the file is its output (records printed one after another,
     pretty-printed by default: no JSON document as a whole), else None."""
     try:
-        kind, first = layout(path, max_line_bytes, max_decompressed_bytes)
+        kind, first = f.head.layout()
     except WorkloadError:
         return None
     if kind == "lines":
         return console_record(first)
-    return console_record(top_keys(path, max_decompressed_bytes)) if kind == "object" else None
+    return console_record(f.top_keys()) if kind == "object" else None
 
 
 def looks_like(obj: Any) -> bool:

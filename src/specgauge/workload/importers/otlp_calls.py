@@ -13,7 +13,8 @@ write one of the same forms):
   ``body``) and one ``gen_ai.choice`` per choice (``body.message``, ``body.finish_reason``); the span
   holds model, sampling, usage and finish reasons, and no content.
 
-Two passes, each streamed: the first keeps per call only its attributes without content (model,
+Two passes over the same open files (rewound: a file's first ``reader.PEEK_BYTES`` are replayed from
+memory), each streamed: the first keeps per call only its attributes without content (model,
 sampling, usage: what a span says) and how many per-message events it has; the second builds each call
 when its content is read (the per-message events of a call are held until its last one), with the
 first pass's attributes merged under its own. Memory grows with the number of calls, not their text.
@@ -28,14 +29,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from specgauge.i18n import en
 from specgauge.workload.formats import FieldError
 from specgauge.workload.importers.common import otel_message
 from specgauge.workload.importers.otlp import Fragment, fragments, item_from_attributes
-from specgauge.workload.reader import WorkloadError
+from specgauge.workload.reader import WorkloadError, WorkloadFile
 from specgauge.workload.schema import WorkloadItem
 
 #: attributes that hold content: left out of what the first pass keeps per call
@@ -53,10 +53,10 @@ class _Call:
     events: int = 0
 
 
-def _index(paths: list[Path], max_line_bytes: int, mx: int | None) -> dict[str, _Call]:
+def _index(files: list[WorkloadFile]) -> dict[str, _Call]:
     calls: dict[str, _Call] = {}
-    for path in paths:
-        for frag in fragments(path, max_line_bytes, mx):
+    for f in files:
+        for frag in fragments(f):
             if isinstance(frag, WorkloadError) or frag.key is None:
                 continue
             c = calls.setdefault(frag.key, _Call())
@@ -134,20 +134,19 @@ def _item(frag: Fragment, stem: str, call: _Call | None) -> WorkloadItem:
     return item_from_attributes(attrs, item_id, meta, f"{frag.label}.")
 
 
-def records_joined(paths: list[Path], max_line_bytes: int,
-                   max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
-    """Every model call of the OTLP exports ``paths``, one item per call, in the order its content is read."""
-    calls = _index(paths, max_line_bytes, max_decompressed_bytes)
+def records_joined(files: list[WorkloadFile]) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+    """Every model call of the OTLP exports ``files``, one item per call, in the order its content is read."""
+    calls = _index(files)
     done: set[str] = set()
     held: dict[str, list[Fragment]] = {}
-    for path in paths:
-        for frag in fragments(path, max_line_bytes, max_decompressed_bytes):
+    for f in files:
+        for frag in fragments(f):
             if isinstance(frag, WorkloadError):
                 yield frag.source, frag
                 continue
             call = calls.get(frag.key) if frag.key is not None else None
             try:
-                got = _step(frag, path.name, call, done, held)
+                got = _step(frag, f.path.name, call, done, held)
             except FieldError as e:
                 got = WorkloadError(frag.where, e.message, e.field)
             if got is not None:
@@ -181,7 +180,6 @@ def _step(frag: Fragment, stem: str, call: _Call | None, done: set[str],
     return _item(frag, stem, call)
 
 
-def records(path: Path, max_line_bytes: int,
-            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+def records(f: WorkloadFile) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
     """One OTLP export on its own (its spans and log records joined within it)."""
-    return records_joined([path], max_line_bytes, max_decompressed_bytes)
+    return records_joined([f])

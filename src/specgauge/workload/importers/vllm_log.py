@@ -24,12 +24,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from specgauge.workload.formats import FieldError
 from specgauge.workload.importers.common import build_item
-from specgauge.workload.reader import WorkloadError, iter_lines
+from specgauge.workload.reader import WorkloadError, WorkloadFile
 from specgauge.workload.schema import WorkloadItem
 
 _DETAILS = re.compile(r"Request (\S+) details: prompt: ")
@@ -118,11 +117,10 @@ def _item(rid: str, p: _Pending, out: str | None, out_ids: list[int] | None, rea
                       output_tokens=len(out_ids) if out_ids is not None else None, metadata=meta, where_prompt="prompt")
 
 
-def records(path: Path, max_line_bytes: int,
-            max_decompressed_bytes: int | None = None) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
+def records(f: WorkloadFile) -> Iterator[tuple[str, WorkloadItem | WorkloadError]]:
     pending: dict[str, _Pending] = {}
-    for n, line in iter_lines(path, max_line_bytes, max_decompressed_bytes):
-        where = f"{path}:{n}"
+    for n, line in f.lines():
+        where = f"{f.name}:{n}"
         if isinstance(line, WorkloadError):
             yield where, line
             continue
@@ -193,11 +191,11 @@ def _line(line: str, where: str, pending: dict[str, _Pending]) -> tuple[str, Wor
     return p.first, _item(rid, p, out, ids, reason)
 
 
-def looks_like_log(path: Path, max_line_bytes: int, max_decompressed_bytes: int | None = None, head: int = 50) -> bool:
+def looks_like_log(f: WorkloadFile, head: int = 50) -> bool:
     """Most of the first ``head`` non-blank lines carry vLLM's log prefix (a server log starts with a
     line or two of its own, e.g. 'Triton is installed, but ...')."""
     seen = hits = 0
-    for _, line in iter_lines(path, max_line_bytes, max_decompressed_bytes):
+    for _, line in f.lines():
         if isinstance(line, WorkloadError) or not line.strip():
             continue
         seen += 1
