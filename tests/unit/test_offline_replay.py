@@ -103,9 +103,9 @@ def test_cost_profile_reads_and_replays_the_workload_once(tmp_path: Path, monkey
     reads, tokenised, replays = [], [], []
     real_iter, real_req, real_traces = loaders._iter_file, offline.replayed_request, offline.MethodReplay.traces
 
-    def count_iter(path, *a, **kw):  # type: ignore[no-untyped-def]
-        reads.append(path)
-        return real_iter(path, *a, **kw)
+    def count_iter(files, *a, **kw):  # type: ignore[no-untyped-def]
+        reads.extend(f.path for f in files)  # the opened files of one read (one, or a joined importer's)
+        return real_iter(files, *a, **kw)
 
     def count_req(item, *a, **kw):  # type: ignore[no-untyped-def]
         tokenised.append(item.request.id)
