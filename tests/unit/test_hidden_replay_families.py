@@ -31,17 +31,13 @@ from tests.unit._tiny_targets import FAMILIES, tiny_family  # noqa: E402
 K, MAX_TOKENS = 3, 16
 
 
-def _fast(name: str) -> list:  # type: ignore[type-arg]
-    return [] if name == "qwen3" else [pytest.mark.slow]
-
-
 def _open_end(steps: list[tuple[int, int]], n_out: int) -> bool:
     """Did the final step keep every draft up to the logged end (so a live server may have kept more)?"""
     emitted = 1 + sum(a + 1 for _, a in steps[:-1])  # tokens before the final step (the prefill's included)
     return emitted + steps[-1][1] >= n_out
 
 
-@pytest.mark.parametrize("name", [pytest.param(f, marks=_fast(f)) for f in FAMILIES])
+@pytest.mark.parametrize("name", FAMILIES)
 def test_simulate_on_a_real_architecture_equals_the_reference_loop(name: str, tmp_path: Path) -> None:
     tdir = tiny_family(name, tmp_path / name)
     target = TransformersTarget.open(tdir, "cpu", "float32")
