@@ -15,6 +15,7 @@ from specgauge.drafters.suffix.native import NativeCache, resolve_backend
 from specgauge.drafters.suffix.positions import Positions, replay_path
 from specgauge.drafters.suffix.tail import Tail, final_tail, server_tail, uncertain_final
 from specgauge.drafters.suffix.trace import SuffixTrace
+from specgauge.drafters.suffix.unknown import UnknownTails
 
 
 def _check(name: str, value: object, lo: float, hi: float | None = None, integer: bool = True) -> float:
@@ -63,7 +64,7 @@ class SuffixDrafter:
     ``track_unknown_tails``: the cache records the tokens a live server learned past logged outputs that
     no log holds, and each replay says from which step its drafts could depend on them; ``bounds``: each
     replay also carries its request's ``base.CountBounds`` (``bounds.ExtremePair``). Both need the python
-    cache.
+    cache. ``extreme``: this drafter is one side of such a pair (set by the pair's owner, not by users).
     """
 
     kind: ClassVar[str] = "suffix"
@@ -105,9 +106,8 @@ class SuffixDrafter:
         if self.backend == "native":
             self._cache = NativeCache(*sizes)
         else:
-            self._cache = self._tracked = PythonCache(*sizes, track_unknown=track)
-            if not track:
-                self._tracked = None
+            python = PythonCache(*sizes, track_unknown=track)
+            self._cache, self._tracked = python, python if track else None
         #: with bounds: which extreme this cache is, and the pair that owns both sides
         self.extreme = Extreme("low") if bounds else (Extreme(extreme) if extreme is not None else None)
         self._pair: ExtremePair | None = None
@@ -121,7 +121,7 @@ class SuffixDrafter:
         self.cache_unknown = 0  #: unknown tokens in the global trie now
 
     @property
-    def unknown_tails(self):  # noqa: ANN201 - UnknownTails | None
+    def unknown_tails(self) -> UnknownTails | None:
         """The unknown tokens at the ends of cached outputs (``unknown.UnknownTails``; None: not tracked)."""
         return self._tracked.unknown if self._tracked is not None else None
 
