@@ -19,6 +19,26 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 K = 3
 
 
+def _against_vllm(srv, replayer, prompts: list, max_tokens: int) -> tuple[list[dict], int, int]:  # type: ignore[no-untyped-def]
+    """Each greedy prompt through vLLM, its output replayed: (mismatching requests, vLLM's drafted and
+    accepted tokens) — the final step may accept more on vLLM (counted before the cut: ``_compare``)."""
+    mismatches, drafted, accepted = [], 0, 0
+    for i, prompt in enumerate(prompts):
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "return_token_ids": True}
+        resp = post_json(srv.base_url + "/v1/completions", body)
+        c0 = resp["choices"][0]
+        prompt_ids, out_ids = resp.get("prompt_token_ids") or c0["prompt_token_ids"], c0["token_ids"]
+        sd = (resp.get("metrics") or {}).get("speculative_decoding") or {}
+        tr = trace_from_runs(replayer.accept_runs(prompt_ids, out_ids, K), K)
+        ours = [(int(d), int(a)) for d, a in zip(tr.drafted, tr.accepted, strict=True) if d > 0]
+        theirs = list(zip(sd.get("per_step_drafted") or [], sd.get("per_step_accepted") or []))
+        if _compare(ours, theirs) is None:
+            mismatches.append({"request": i, "ours": ours, "vllm": theirs})
+        drafted += sum(d for d, _ in theirs)
+        accepted += sum(a for _, a in theirs)
+    return mismatches, drafted, accepted
+
+
 def test_eagle3_replay_equals_vllm_per_request(tmp_path) -> None:
     venv = vllm_venv()
     if venv is None:
@@ -27,21 +47,8 @@ def test_eagle3_replay_equals_vllm_per_request(tmp_path) -> None:
         pytest.skip("shipped tiny target / EAGLE-3 head missing")
     spec = {"method": "eagle3", "model": str(eagle3_dir()), "num_speculative_tokens": K}
     replayer = make_drafter("eagle3", model=str(eagle3_dir()), target=str(target_dir()))
-    mismatches, drafted, accepted = [], 0, 0
     with vllm_server(venv, target_dir(), tmp_path / "vllm.log", spec) as srv:
-        for i, (prompt, temp, _seed) in enumerate(p for p in PROMPTS if p[1] == 0.0):
-            body = {"model": "tiny", "prompt": prompt, "max_tokens": 48, "temperature": temp, "return_token_ids": True}
-            resp = post_json(srv.base_url + "/v1/completions", body)
-            c0 = resp["choices"][0]
-            prompt_ids, out_ids = resp.get("prompt_token_ids") or c0["prompt_token_ids"], c0["token_ids"]
-            sd = (resp.get("metrics") or {}).get("speculative_decoding") or {}
-            tr = trace_from_runs(replayer.accept_runs(prompt_ids, out_ids, K), K)
-            ours = [(int(d), int(a)) for d, a in zip(tr.drafted, tr.accepted, strict=True) if d > 0]
-            theirs = list(zip(sd.get("per_step_drafted") or [], sd.get("per_step_accepted") or []))
-            if _compare(ours, theirs) is None:
-                mismatches.append({"request": i, "ours": ours, "vllm": theirs})
-            drafted += sum(d for d, _ in theirs)
-            accepted += sum(a for _, a in theirs)
+        mismatches, drafted, accepted = _against_vllm(srv, replayer, [p for p, t, _ in PROMPTS if t == 0.0], 48)
     assert drafted > 0, "vLLM drafted nothing: the comparison would prove nothing"
     assert not mismatches, mismatches
     print(f"eagle3 on vLLM: {accepted}/{drafted} accepted")
@@ -69,19 +76,7 @@ def test_eagle3_on_a_moe_target_replays_as_vllm_serves_it(tmp_path) -> None:
     head = trained_eagle3_head(target, prompts, tmp_path / "head", 20)
     replayer = make_drafter("eagle3", model=str(head), target=str(tdir))
     spec = {"method": "eagle3", "model": str(head), "num_speculative_tokens": K}
-    mismatches, accepted = [], 0
     with vllm_server(venv, tdir, tmp_path / "vllm.log", spec, max_model_len=256) as srv:
-        for i, p in enumerate(prompts):
-            body = {"model": "tiny", "prompt": p, "max_tokens": 16, "temperature": 0.0, "return_token_ids": True}
-            resp = post_json(srv.base_url + "/v1/completions", body)
-            c0 = resp["choices"][0]
-            sd = (resp.get("metrics") or {}).get("speculative_decoding") or {}
-            tr = trace_from_runs(replayer.accept_runs(resp.get("prompt_token_ids") or c0["prompt_token_ids"],
-                                                      c0["token_ids"], K), K)
-            ours = [(int(d), int(a)) for d, a in zip(tr.drafted, tr.accepted, strict=True) if d > 0]
-            theirs = list(zip(sd.get("per_step_drafted") or [], sd.get("per_step_accepted") or []))
-            if _compare(ours, theirs) is None:
-                mismatches.append({"request": i, "ours": ours, "vllm": theirs})
-            accepted += sum(a for _, a in theirs)
+        mismatches, _, accepted = _against_vllm(srv, replayer, prompts, 16)
     assert accepted > 0, "vLLM accepted nothing: the comparison would prove little"
     assert not mismatches, mismatches
