@@ -59,7 +59,7 @@ def profile(
 @user_errors
 def simulate(
     workload: WorkloadArg = None,
-    method: Annotated[str | None, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH, KIND:DIR (eagle3:DIR, mtp:DIR, dflash:DIR; plugins by kind). eagle3 and mtp also show the teacher-forced figure training tools print, beside the replayed one. Default: ngram,suffix; with --speculative-config, its method.")] = None,
+    method: Annotated[str | None, typer.Option("--method", "-m", help="Comma-separated: ngram, suffix, draft_model:PATH, KIND:DIR (eagle3:HEAD, peagle:HEAD, dflash:HEAD, dspark:HEAD, mtp:TARGET for native MTP, mtp:ASSISTANT for Gemma 4; plugins by kind). The chain heads (eagle3, peagle, mtp) also show the teacher-forced figure training tools print, beside the replayed one. Default: ngram,suffix; with --speculative-config, its method.")] = None,
     k: Annotated[str | None, typer.Option("--k", "-k", help="Proposal lengths: 1-8, or 1,2,4. Default: 1-8; with --speculative-config, its num_speculative_tokens.")] = None,
     speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="vLLM's --speculative-config JSON; sets the method, k and its options.")] = None,
     target_model: Annotated[Path | None, typer.Option("--target-model", help="eagle3:DIR / mtp:DIR / dflash:DIR: the target model (a directory, or a Hub id already in the local Hugging Face cache; any architecture transformers loads) whose hidden states the head reads. Default: the one the head's config.json names, else --tokenizer when it is a model directory.")] = None,
@@ -85,7 +85,7 @@ def simulate(
     lang: LangOpt = None,
 ) -> None:
     """Acceptance per method, k and segment, replayed offline from logged outputs; predicted speedup.
-    Hidden-state heads (eagle3:DIR, mtp:DIR) also show the teacher-forced accuracy training tools print, labelled optimistic."""
+    Chain heads (eagle3, peagle, mtp) also show the teacher-forced accuracy training tools print, labelled optimistic."""
     from specgauge.api import resolve_tokenizer
     from specgauge.config import ConfigError, SpeculativeConfig
     from specgauge.simulate.run import SimulateConfig, SimulateError, nothing_to_replay, parse_ks
