@@ -43,10 +43,10 @@ def test_public_url_drops_credentials_and_query_tokens() -> None:
 def test_bench_run_json_never_holds_credentials(tmp_path) -> None:
     from specgauge.bench import BenchConfig
 
-    cfg = BenchConfig(base_url="http://user:secret@127.0.0.1:8000/?api_key=tok", workload=[tmp_path / "w.jsonl"],
+    cfg = BenchConfig(base_url="http://user:secret@127.0.0.1:8000/?api_key=tok-9f3a", workload=[tmp_path / "w.jsonl"],
                       output_dir=tmp_path / "out", api_key="sk-123")
     text = str(cfg.public())
-    assert "secret" not in text and "tok" not in text and "sk-123" not in text
+    assert "secret" not in text and "tok-9f3a" not in text and "sk-123" not in text  # ("tok" alone is in max_tokens)
 
 
 def test_speculative_configs_store_a_draft_model_without_machine_paths(tmp_path) -> None:
