@@ -122,3 +122,16 @@ def test_ks_p_value_is_scipys_asymptotic_mode() -> None:
     assert r.statistic == 0.375 and r.n == 8
     assert r.p_value == pytest.approx(stats.kstwo.sf(0.375, 4))
     assert abs(r.p_value - stats.ks_2samp(x, y, method="exact").pvalue) > 0.05  # type: ignore[operator]
+
+
+def test_ks_with_one_value_each_says_why_and_warns_nothing() -> None:
+    """scipy's asymptotic KS reads the Kolmogorov distribution at n_e = round(n·m/(n+m)): 0 for one value
+    on each side, where it returns NaN and prints a RuntimeWarning (which reached the demo's console)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = ks_2samp([1.0], [2.0])
+        assert r.p_value is None and r.reason and "n·m/(n+m)" in r.reason and r.statistic == 1.0
+        assert ks_2samp([1.0], [1.0]).statistic == 0.0
+        assert ks_2samp([1.0, 2.0], [2.0]).p_value is not None  # n_e = round(2/3) = 1: scipy reads it

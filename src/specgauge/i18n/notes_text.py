@@ -52,6 +52,8 @@ STORED: Entries = {
                                "ko": "서버가 실행 단위 /metrics 카운터만 줌: 세그먼트별 수락률 없음"},
     "stats.r.no_greedy_pair": {"en": "no temperature-0 pair", "ko": "temperature-0 쌍 없음"},
     "stats.r.sample_empty": {"en": "a sample is empty", "ko": "빈 표본이 있음"},
+    "stats.r.ks_one_each": {"en": "one value on each side: the Kolmogorov distribution has no sample size to be read at (n·m/(n+m) rounds to 0)",
+                            "ko": "양쪽에 값이 하나씩뿐: 콜모고로프 분포를 읽을 표본 크기가 없음 (n·m/(n+m)을 반올림하면 0)"},
     "stats.r.no_sampled_pair": {"en": "no temperature > 0 pair", "ko": "temperature > 0 쌍 없음"},
     "stats.r.all_empty": {"en": "all outputs are empty", "ko": "모든 출력이 비어 있음"},
     "stats.r.one_empty": {"en": "one run's outputs are all empty", "ko": "한 실행의 출력이 모두 비어 있음"},

@@ -161,6 +161,9 @@ def ks_2samp(x: Sequence[float], y: Sequence[float]) -> TestResult:
     a, b = np.asarray(x, float), np.asarray(y, float)
     if a.size == 0 or b.size == 0:
         return TestResult(n=int(min(a.size, b.size)), reason=en("stats.r.sample_empty"))
+    if round(a.size * b.size / (a.size + b.size)) < 1:  # 1 and 1: scipy's kstwo at n_e = 0 is NaN (and warns)
+        return TestResult(statistic=float(a[0] != b[0]), n=1, reason=en("stats.r.ks_one_each"),
+                          detail={"n_baseline": 1, "n_candidate": 1})
     r = scipy.stats.ks_2samp(a, b, alternative="two-sided", method="asymp")
     return TestResult(statistic=float(r.statistic), p_value=float(r.pvalue), n=int(min(a.size, b.size)),
                       detail={"n_baseline": int(a.size), "n_candidate": int(b.size)})
