@@ -10,7 +10,7 @@ verification shape; ``extend`` then tries, on that shape:
    host_par[m]·B_s + host_par0[m])``. Not linear in its parameters, so each row is the sum over its
    steps of that max. At a fixed host cost it is linear once it is known which steps the host sets:
    NNLS and that mask alternate to a fixed point (``fit_hidden``); the host cost per request is
-   searched on a grid of the steps' own cost per request, then by golden section (``search_host``).
+   searched on a grid of the steps' own cost per request, then by a bounded scalar search (``search_host``).
 
 Each extension stays only when it earns its parameters: the residual sum of squares must fall by at
 least ``MIN_GAIN`` and the Bayesian information criterion must improve. A CPU server's rows (linear
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 
 from specgauge.i18n import en
 from specgauge.predict.law import KNEE, KNEE_PARAM, hidden_host_params, is_model_method, method_kind
@@ -35,6 +35,8 @@ from specgauge.predict.observe import Rows
 
 #: an extension must cut the residual sum of squares by at least this share
 MIN_GAIN = 0.05
+#: the host-cost search stops within this share of its bracket (grid neighbours)
+XATOL = 1e-3
 
 
 @dataclass
@@ -125,39 +127,26 @@ def _nnls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def search_host(st: Steps, theta0: np.ndarray, hidx: Sequence[tuple[int, int]], which: int, idx: np.ndarray | None,
                 solve: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], grid: np.ndarray) -> tuple[float, np.ndarray]:
-    """Golden-section refinement of one method's host cost per request around the best of ``grid``."""
+    """One method's host cost per request: the best of ``grid``, refined by a bounded scalar search
+    (``scipy.optimize.minimize_scalar``) between that point's neighbours on the grid; the best point seen."""
     rows = np.arange(len(st.y)) if idx is None else idx
     ih = hidx[which][0]
+    seen: list[tuple[float, np.ndarray]] = []
 
-    def at(h: float) -> tuple[float, np.ndarray]:
+    def ssr(h: float) -> float:
         x0 = theta0.copy()
         x0[ih] = h
         th = fit_hidden(st, x0, hidx, rows, solve)
         pred, _ = predict_rows(st, th, hidx)
-        return float(((pred - st.y)[rows] ** 2).sum()), th
+        seen.append((float(((pred - st.y)[rows] ** 2).sum()), th))
+        return seen[-1][0]
 
-    vals = [at(float(h)) for h in grid]
-    i = int(np.argmin([v[0] for v in vals]))
+    vals = [ssr(float(h)) for h in grid]
+    i = int(np.argmin(vals))
     lo, hi = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, len(grid) - 1)])
-    best = vals[i]
-    g = (np.sqrt(5) - 1) / 2
-    a, b = lo, hi
-    for _ in range(10):
-        c, d = b - g * (b - a), a + g * (b - a)
-        fc, fd = at(c), at(d)
-        for f in (fc, fd):
-            if f[0] < best[0]:
-                best = f
-        if fc[0] < fd[0]:
-            b = d
-        else:
-            a = c
-    return best
-
-
-def _ssr(st: Steps, theta: np.ndarray, hidx: Sequence[tuple[int, int]]) -> float:
-    pred, _ = predict_rows(st, theta, hidx)
-    return float(((pred - st.y) ** 2).sum())
+    if hi > lo:
+        minimize_scalar(ssr, bounds=(lo, hi), method="bounded", options={"xatol": XATOL * (hi - lo)})
+    return min(seen, key=lambda v: v[0])
 
 
 def _bic(ssr: float, n: int, p: int) -> float:
@@ -294,6 +283,3 @@ def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
 
     return Extension(final, coef_f, knee, hidden, notes, refit, predict)
 
-
-def describe(ext: Extension) -> dict[str, Any]:
-    return {"knee": ext.knee, "hidden_host": ext.hidden}

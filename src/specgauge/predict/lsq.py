@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import nnls
+from scipy.stats import median_abs_deviation
 
 from specgauge.predict.observe import Rows
 
@@ -43,8 +44,9 @@ def solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def trim_rows(res: np.ndarray, trim: float, params: int) -> np.ndarray:
-    """Rows within ``trim`` MADs of the fit (all of them when that would drop more than 20 %)."""
-    mad = 1.4826 * float(np.median(np.abs(res - np.median(res))))
+    """Rows within ``trim`` MADs of the fit (all of them when that would drop more than 20 %); the MAD scaled
+    to a normal distribution's standard deviation (×1.4826)."""
+    mad = float(median_abs_deviation(res, scale="normal"))
     keep = np.ones(len(res), dtype=bool)
     if mad > 0:
         keep = np.abs(res) <= trim * mad
