@@ -128,3 +128,33 @@ def test_advanced_plan_equals_a_fresh_plan(tmp_path: Path) -> None:
             torch.testing.assert_close(moved, fresh, rtol=0, atol=0)
     with pytest.raises(ValueError, match="one new token"):
         m.advance(m.plan([0], [0], [3], m.new_cache(1, 8)), m.new_cache(1, 8))
+
+
+def test_bf16_normalises_and_rotates_like_transformers(tmp_path: Path) -> None:
+    """The one RMSNorm (``nn.transformer.rms_norm``: the engine's layers and the lean target's final norm)
+    normalises half precision in float32 and casts back, bit for bit as transformers' ``LlamaRMSNorm``;
+    RoPE's frequencies stay float32 in a bf16 model (a bf16 ``inv_freq`` turned cos/sin ~1e-2 off)."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from specgauge.nn.transformer import RMSNorm
+    from specgauge.targets.lean import LeanTarget
+
+    g = torch.Generator().manual_seed(0)
+    x = (3 * torch.randn(4, 7, 64, generator=g)).to(torch.bfloat16)
+    ref = LlamaRMSNorm(64, eps=1e-5)
+    ours = RMSNorm(64, 1e-5)
+    with torch.no_grad():
+        ref.weight.copy_(1 + torch.randn(64, generator=g))
+        ours.weight.copy_(ref.weight)
+    ref, ours = ref.to(torch.bfloat16), ours.to(torch.bfloat16)
+    naive = torch.nn.functional.rms_norm(x, (64,), ours.weight, 1e-5)  # normalised in bf16: not the same
+    assert torch.equal(ours(x), ref(x)) and not torch.equal(naive, ref(x))
+    d = make_tiny_model(tmp_path / "m", seed=5)
+    m16, m32 = load_model(d, dtype=torch.bfloat16), load_model(d, dtype=torch.float32)
+    final = LlamaRMSNorm(m16.args.hidden_size, eps=m16.args.rms_norm_eps).to(torch.bfloat16)
+    with torch.no_grad():
+        final.weight.copy_(m16.norm.weight)
+    h = torch.randn(5, m16.args.hidden_size, generator=g).to(torch.bfloat16)
+    assert torch.equal(LeanTarget(m16).final_norm(h), final(h))
+    pos = torch.arange(40)
+    assert torch.equal(m16._rope_at(pos, 40), m32._rope_at(pos, 40))

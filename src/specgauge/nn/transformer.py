@@ -92,12 +92,20 @@ class ModelArgs:
         )
 
 
-def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """The one RMSNorm of the product code: x [..., D] / rms(x) · weight [D]. Half precision normalises
+    in float32 and casts back before the weight, as transformers' ``LlamaRMSNorm`` does."""
     if x.dtype in (torch.float32, torch.float64):
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
-    xf = x.float()  # half precision: normalise in float32, as transformers does
+    xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
+
+
+def rope_inv_freq(a: ModelArgs) -> Tensor:
+    """RoPE's inverse frequencies [D/2] = theta^(-2i/D), computed in float64 and kept in float32 whatever
+    the model's dtype (as transformers keeps its rotary tables)."""
+    return (1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))).float()
 
 
 class RMSNorm(nn.Module):
@@ -107,7 +115,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        return _rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class KVCache:
@@ -170,11 +178,11 @@ class Block(nn.Module):
         N = x.shape[0]
         H, Hkv, D = a.num_heads, a.num_kv_heads, a.head_dim
         nq, nkv = H * D, Hkv * D
-        qkv = F.linear(_rms_norm(x, self.attn_norm.weight, a.rms_norm_eps), self.wqkv.weight, self.wqkv.bias)
+        qkv = F.linear(rms_norm(x, self.attn_norm.weight, a.rms_norm_eps), self.wqkv.weight, self.wqkv.bias)
         qk = qkv[:, : nq + nkv].view(N, H + Hkv, D)
         if self.q_norm is not None and self.k_norm is not None:
-            qk = torch.cat([_rms_norm(qk[:, :H], self.q_norm.weight, a.rms_norm_eps),
-                            _rms_norm(qk[:, H:], self.k_norm.weight, a.rms_norm_eps)], 1)
+            qk = torch.cat([rms_norm(qk[:, :H], self.q_norm.weight, a.rms_norm_eps),
+                            rms_norm(qk[:, H:], self.k_norm.weight, a.rms_norm_eps)], 1)
         qk = _rope(qk, p.rope)  # [N, H+Hkv, D]
         k, v = qk[:, H:], qkv[:, nq + nkv :].view(N, Hkv, D)
         if len(p.write) == 2 and isinstance(p.write[0], int):
@@ -186,7 +194,7 @@ class Block(nn.Module):
             v_cache.index_put_(p.write, v)  # type: ignore[arg-type]
         o = _attention(qk[:, :H], p, k_cache, v_cache, Hkv)  # [N, H*D]
         x = torch.addmm(x, o, self.wo.weight.t())
-        gu = F.linear(_rms_norm(x, self.ffn_norm.weight, a.rms_norm_eps), self.w13.weight)
+        gu = F.linear(rms_norm(x, self.ffn_norm.weight, a.rms_norm_eps), self.w13.weight)
         inter = gu.shape[1] // 2
         return torch.addmm(x, F.silu(gu[:, :inter]) * gu[:, inter:], self.w2.weight.t())
 
@@ -240,8 +248,6 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(Block(a) for _ in range(a.num_layers))
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
         self.lm_head = nn.Linear(a.hidden_size, a.vocab_size, bias=False)
-        inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
-        self.register_buffer("inv_freq", inv.float(), persistent=False)
         self._rope_table: Tensor | None = None  # [positions, D/2] complex, grown on demand
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
@@ -320,7 +326,8 @@ class Transformer(nn.Module):
         tab = self._rope_table
         if tab is None or tab.shape[0] < upto:
             n = max(upto, 2 * (0 if tab is None else tab.shape[0]), 256)
-            freqs = torch.arange(n, dtype=torch.float32)[:, None] * self.inv_freq[None, :]  # [n, D/2]
+            inv_freq = rope_inv_freq(self.args).to(self.embed.weight.device)  # float32 whatever the model's dtype
+            freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq[None, :]  # [n, D/2]
             cdt = torch.float64 if self.embed.weight.dtype == torch.float64 else torch.float32
             tab = torch.polar(torch.ones_like(freqs, dtype=cdt), freqs.to(cdt))
             self._rope_table = tab
@@ -375,12 +382,12 @@ class Transformer(nn.Module):
                 grab[i + 1] = x
         eps = self.args.rms_norm_eps
         if "final" in layers:
-            grab["final"] = _rms_norm(x, self.norm.weight, eps)
+            grab["final"] = rms_norm(x, self.norm.weight, eps)
         hidden = torch.cat([grab[i] for i in layers], -1) if layers else x[:, :0]
         if logits_at is not None:
             x = x[logits_at]
         normed = grab["final"][logits_at] if "final" in layers and logits_at is not None else (
-            grab["final"] if "final" in layers else _rms_norm(x, self.norm.weight, eps))
+            grab["final"] if "final" in layers else rms_norm(x, self.norm.weight, eps))
         return F.linear(normed, self.lm_head.weight).float(), hidden
 
     @torch.inference_mode()
@@ -399,4 +406,4 @@ class Transformer(nn.Module):
         return logits.view(B, 1 if at is not None else T, -1)
 
 
-__all__ = ["Block", "ForwardPlan", "KVCache", "ModelArgs", "ModelLoadError", "RMSNorm", "Transformer"]
+__all__ = ["Block", "ForwardPlan", "KVCache", "ModelArgs", "ModelLoadError", "RMSNorm", "Transformer", "rms_norm", "rope_inv_freq"]

@@ -111,10 +111,7 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Tra
     with torch.device("meta"):
         model = Transformer(a)
     model.load_state_dict(new, strict=True, assign=True)
-    inv = 1.0 / (a.rope_theta ** (torch.arange(0, a.head_dim, 2, dtype=torch.float64) / a.head_dim))
-    model.inv_freq = inv.float()
     model = model.to(device=torch.get_default_device(), dtype=dtype)
-    model.inv_freq = model.inv_freq.float()
     return model.eval()
 
 
@@ -138,7 +135,6 @@ def _random_model(a: ModelArgs, dtype: torch.dtype, seed: int) -> Transformer:
     torch.manual_seed(seed)
     model = Transformer(a)  # parameters on the default device, torch's default initialisation
     model = model.to(dtype)
-    model.inv_freq = model.inv_freq.float()
     return model.eval()
 
 

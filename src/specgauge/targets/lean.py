@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from specgauge.nn.transformer import rms_norm
 from specgauge.targets.base import (
     LayerId,
     TargetError,
@@ -56,7 +57,7 @@ class LeanTarget:
         return self.model.lm_head.weight  # type: ignore[no-any-return]
 
     def final_norm(self, h: Tensor) -> Tensor:
-        return F.rms_norm(h, (h.shape[-1],), self.model.norm.weight.to(h.dtype), self.model.args.rms_norm_eps)
+        return rms_norm(h, self.model.norm.weight.to(h.dtype), self.model.args.rms_norm_eps)
 
     def run(self, token_ids: Sequence[int], layer_ids: Sequence[LayerId], kv_layers: Sequence[int] = ()) -> TargetPass:
         return next(self.passes([token_ids], layer_ids, kv_layers))
