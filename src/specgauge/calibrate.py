@@ -244,7 +244,7 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         refuse_calibration(cfg.from_runs)  # another tool's result: say what it lacks
         dirs, cell_of = expand_run_dirs(cfg.from_runs)
         profile = fit_profile(cfg.from_runs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
-                              bootstrap=cfg.bootstrap, seed=cfg.seed)
+                              bootstrap=cfg.bootstrap, seed=cfg.seed, replay=replay)
         cells = []
         keyed: dict[tuple[str, int], Path] = {}
         for d in dirs:
