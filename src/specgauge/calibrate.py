@@ -239,7 +239,7 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
     planned for the largest number of requests a run sends."""
     out = Path(cfg.out_dir)
     if cfg.from_runs:
-        from specgauge.report.foreign import refuse_calibration
+        from specgauge.bench.foreign import refuse_calibration
 
         refuse_calibration(cfg.from_runs)  # another tool's result: say what it lacks
         dirs, cell_of = expand_run_dirs(cfg.from_runs)

@@ -1,4 +1,4 @@
-"""Other tools' results as runs (``specgauge.report.foreign``): vllm bench serve, AIPerf, GuideLLM in
+"""Other tools' results as runs (``specgauge.bench.foreign``): vllm bench serve, AIPerf, GuideLLM in
 ``compare`` and ``report`` beside specgauge's own runs, and what they lack said in one line
 (tests/data/foreign/README.md names the sources)."""
 

@@ -5,6 +5,7 @@ A circle prints the edges that close it, each with the modules."""
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
@@ -161,3 +162,98 @@ def test_the_product_never_imports_its_test_doubles() -> None:
     users = {a: b["specgauge.testing"] for a, b in package_edges().items() if "specgauge.testing" in b}
     assert not users, f"product modules import specgauge.testing: {users}"
     assert "specgauge.predict" in package_edges().get("specgauge.testing", {})  # the checker sees testing's own imports
+
+
+# --- floors: ARCHITECTURE.md's table is the one list; an import may stay on its floor or go down, never up ---
+
+ARCHITECTURE = SRC.parent / "ARCHITECTURE.md"
+
+
+def floor_table(text: str | None = None) -> dict[str, tuple[int, str]]:
+    """``specgauge``'s top-level name (``stats``, ``calibrate``, ``__init__``) -> (floor number, floor name),
+    read from ARCHITECTURE.md's table: one row per floor, lowest first; its second column names the floor's
+    folders (``stats/``) and modules (``calibrate.py``) in backticks."""
+    text = ARCHITECTURE.read_text(encoding="utf-8") if text is None else text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith(("| floor", "|---"))]
+    table: dict[str, tuple[int, str]] = {}
+    for i, line in enumerate(rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        for name in re.findall(r"`([^`]+)`", cells[1]):
+            key = name.removesuffix("/").removesuffix(".py")
+            assert key not in table, f"ARCHITECTURE.md places {name} twice"
+            table[key] = (i, cells[0])
+    return table
+
+
+def _top(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def import_statements(src: Path = SRC) -> list[tuple[str, Path, int, str]]:
+    """(importer module, its file, line, imported specgauge module) for every import statement, lazy ones
+    and those under ``TYPE_CHECKING`` included; ``from specgauge import x`` names ``specgauge.x`` when that
+    is a module, else the package's own ``__init__``; relative imports resolved against the importer."""
+    mods = _modules(src)
+    out = []
+    for mod, path in mods.items():
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1] + ([base] if base else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            out += [(mod, path, node.lineno, n) for n in names if n == "specgauge" or n.startswith("specgauge.")]
+    return out
+
+
+def floor_breaks(src: Path = SRC, table: dict[str, tuple[int, str]] | None = None) -> tuple[list[str], list[str]]:
+    """(imports that climb a floor, as ``file:line importer floor -> imported floor (module)``; modules
+    no row of the table places)."""
+    table = floor_table() if table is None else table
+    unplaced = sorted({m for m in _modules(src) if _top(m) not in table})
+    ups = []
+    for mod, path, line, target in import_statements(src):
+        a, b = table.get(_top(mod)), table.get(_top(target))
+        if a is None or b is None:
+            continue
+        if b[0] > a[0]:
+            where = path.relative_to(src).as_posix()
+            ups.append(f"{where}:{line} {a[1]} ({_top(mod)}) -> {b[1]} ({target})")
+    return sorted(ups), unplaced
+
+
+def test_every_import_stays_on_its_floor_or_goes_down() -> None:
+    ups, unplaced = floor_breaks()
+    assert not unplaced, "modules no floor of ARCHITECTURE.md's table places (add them to a row):\n    " + "\n    ".join(unplaced)
+    assert not ups, "imports that climb a floor (ARCHITECTURE.md's table, lowest row first):\n    " + "\n    ".join(ups)
+
+
+def test_the_floor_checker_sees_a_lazy_climb_and_an_unplaced_module(tmp_path: Path) -> None:
+    pkg = tmp_path / "specgauge"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "high").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("def f():\n    from specgauge.high.b import B\n    return B\n")
+    (pkg / "high" / "__init__.py").write_text("")
+    (pkg / "high" / "b.py").write_text("from specgauge.low import a\nfrom typing import TYPE_CHECKING\n"
+                                       "if TYPE_CHECKING:\n    from specgauge import stray\nB = 1\n")
+    (pkg / "stray.py").write_text("")
+    text = "| floor | folder / module | its job |\n|---|---|---|\n| ground | `__init__.py`, `low/` | x |\n| top | `high/` | y |\n"
+    table = floor_table(text)
+    assert table == {"__init__": (0, "ground"), "low": (0, "ground"), "high": (1, "top")}
+    ups, unplaced = floor_breaks(tmp_path, table)
+    assert ups == ["specgauge/low/a.py:2 ground (low) -> top (specgauge.high.b)"]
+    assert unplaced == ["specgauge.stray"]
+
+
+def test_the_table_names_only_what_exists() -> None:
+    """A row that names a folder or module the code does not have is stale."""
+    tops = {_top(m) for m in _modules()}
+    assert not set(floor_table()) - tops, f"ARCHITECTURE.md places what does not exist: {sorted(set(floor_table()) - tops)}"

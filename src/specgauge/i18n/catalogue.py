@@ -208,7 +208,7 @@ REPORT: Entries = {
     "report.c.label": {"en": "label", "ko": "이름"},
     "report.c.kind": {"en": "kind", "ko": "종류"},
     "report.c.path": {"en": "path", "ko": "경로"},
-    # the inputs' kinds (report/html.build_report, report/runs.LoadedRun.kind, report/foreign.kind_of)
+    # the inputs' kinds (report/html.build_report, report/runs.LoadedRun.kind, bench/foreign.kind_of)
     "report.kind.bench": {"en": "bench", "ko": "벤치마크"},
     "report.kind.results": {"en": "results", "ko": "결과 파일"},
     "report.kind.simulate": {"en": "simulate", "ko": "시뮬레이션"},

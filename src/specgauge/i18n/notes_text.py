@@ -19,7 +19,7 @@ STORED: Entries = {
     "mem.r.no_tool": {"en": "none of {tools} found on PATH: device memory not measured",
                       "ko": "PATH에 {tools} 중 어느 것도 없음: 장치 메모리를 측정하지 않음"},
     "mem.r.no_sample": {"en": "no sample succeeded: {errors}", "ko": "성공한 샘플 없음: {errors}"},
-    # report/foreign.py: other tools' results read as runs
+    # bench/foreign.py: other tools' results read as runs
     "foreign.n.vllm_unpaired": {"en": "{file}: vllm bench serve result: its requests carry no id another run shares: compared unpaired",
                                 "ko": "{file}: vllm bench serve 결과: 요청에 다른 실행과 공유하는 ID가 없음: 짝짓지 않고 비교함"},
     "foreign.n.vllm_itl": {"en": "{file}: output token counts are vllm bench's (usage, else its tokenizer), spread over chunks: ITL approximate",

@@ -62,8 +62,7 @@ def engine_order_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tu
         return None
     from specgauge.predict.replay import resolve_spec
     from specgauge.predict.schedule import PlannedRequest
-    from specgauge.offline.record_fields import token_ids
-    from specgauge.stats.replay_check import max_model_len_of_server
+    from specgauge.offline.record_fields import max_model_len_of_server, token_ids
     from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
 
     same = [r for r in runs if r.cell.label == rd.cell.label]

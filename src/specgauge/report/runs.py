@@ -4,7 +4,7 @@
   ``results.jsonl`` alone;
 - a simulate result (``specgauge simulate --json``), a workload profile (``specgauge profile --json``),
   a comparison (``specgauge compare --json``): JSON files told apart by their keys.
-- another tool's result (``report.foreign``): ``vllm bench serve --save-result`` JSON, AIPerf's
+- another tool's result (``bench.foreign``): ``vllm bench serve --save-result`` JSON, AIPerf's
   ``profile_export.jsonl`` (or its artifacts directory), a GuideLLM report (``FILE#N`` for one of its
   benchmarks); loaded as records with notes saying what the tool did not record.
 For a bench run, the workload named in ``run.json`` is read (when it is still there) for each
@@ -32,7 +32,7 @@ from specgauge.stats.summary import counter_total
 from specgauge.stats.equivalence import load_scorer
 from specgauge.stats.memory import compare_memory
 from specgauge.stats.diagnosis import diagnose
-from specgauge.stats.replay_check import speculative_config_of_server
+from specgauge.offline.record_fields import speculative_config_of_server
 from specgauge.stats.stalls import Held
 from specgauge.stats.ttft import TtftSplit, split_ttft
 from specgauge.stats.verdict import ComparisonResult, RunInfo, Verdict, VerdictCriteria, decide, decide_simulations
@@ -195,7 +195,7 @@ def _workload_requests(run: LoadedRun) -> None:
 
 def _foreign(p: Path, name: str, pick: int | None = None) -> LoadedRun | None:
     """A result of another tool (vllm bench serve, AIPerf, GuideLLM) as a run, or None when it is not one."""
-    from specgauge.report import foreign as FR
+    from specgauge.bench import foreign as FR
 
     try:
         if p.is_dir():

@@ -107,7 +107,7 @@ def tokenizer(spec: str | None) -> Tokenizer:
     """One tokenizer per worker process and spec (loading one costs more than a small batch)."""
     tok = _TOKENIZERS.get(spec)
     if tok is None:
-        from specgauge.api import resolve_tokenizer
+        from specgauge.workload.tokenizer import resolve_tokenizer
 
         tok = _TOKENIZERS[spec] = resolve_tokenizer(spec)
     return tok

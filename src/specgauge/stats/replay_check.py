@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import ReplayTrace, ServerReport, drafter_factory, final_bound
 from specgauge.i18n import en
-from specgauge.offline.record_fields import per_step, token_ids
+from specgauge.offline.record_fields import max_model_len_of_server, per_step, speculative_config_of_server, token_ids
 from specgauge.offline.replay import MethodReplay, MethodSpec
 from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
 from specgauge.records import RequestRecord
@@ -109,27 +109,6 @@ class ReplayCheck(BaseModel):
 
 def unavailable(reason: str, **kw: Any) -> ReplayCheck:
     return ReplayCheck(available=False, reason=reason, **kw)
-
-
-def speculative_config_of_server(server: dict[str, Any]) -> dict[str, Any] | None:
-    """The speculative config a server states about itself (the embedded server's ``/v1/models``
-    card); vLLM states none over HTTP, so the user passes ``bench --speculative-config``."""
-    models = server.get("/v1/models")
-    data = models.get("data") if isinstance(models, dict) else None
-    for card in data if isinstance(data, list) else []:
-        if isinstance(card, dict) and isinstance(card.get("speculative_config"), dict):
-            return card["speculative_config"]
-    return None
-
-
-def max_model_len_of_server(server: dict[str, Any]) -> int | None:
-    models = server.get("/v1/models")
-    data = models.get("data") if isinstance(models, dict) else None
-    for card in data if isinstance(data, list) else []:
-        v = card.get("max_model_len") if isinstance(card, dict) else None
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
 
 
 def _ids(rec: RequestRecord) -> tuple[list[int], list[int]] | None:
