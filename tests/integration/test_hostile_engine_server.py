@@ -103,14 +103,14 @@ def test_exception_in_one_request_fails_only_that_request(served: tuple[str, Any
     url, engine = served
     greedy = {"prompt": "def add(a, b):", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
     solo = post(url, greedy).json()["choices"][0]["text"]
-    real = engine._verify_sampled
+    real = engine.verifier.sampled
 
     def faulty(reqs: Any, *a: Any, **k: Any) -> None:
         if any(r.params.seed == POISON_SEED for r in reqs):
             raise OverflowError("injected: value cannot be converted to type int64 without overflow")
         return real(reqs, *a, **k)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(engine, "_verify_sampled", faulty)
+    monkeypatch.setattr(engine.verifier, "sampled", faulty)
     poison = {"prompt": "The quick", "max_tokens": 24, "temperature": 1.0, "seed": POISON_SEED, "ignore_eos": True}
     with ThreadPoolExecutor(4) as ex:
         fg = [ex.submit(post, url, greedy) for _ in range(2)]

@@ -10,8 +10,10 @@ Knows nothing about tokenisation, HTTP or wall-clock timing: callers add request
    ONE target forward over all requests' [last token, drafts], *flattened* as vLLM does: request b
    contributes 1 + k_b tokens, so the forward costs what was actually drafted, not B·(k+1)
    (``verify_layout="padded"`` pads every request to the longest proposal instead, kept for the
-   benchmark's comparison). Then :func:`rejection_sample` per request; all-greedy rows take an
-   argmax fast path with the same result.
+   benchmark's comparison). Then :class:`~specgauge.engine.batch_verify.BatchVerifier` per request
+   (:func:`~specgauge.engine.verify.rejection_sample`; all-greedy rows take an argmax fast path with the same result).
+
+The records it keeps and returns are in ``step_records.py``.
 
 ``add_request`` and ``abort`` may be called from another thread; they take effect at the next step.
 """
@@ -25,7 +27,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,9 +35,10 @@ from torch import Tensor
 
 from specgauge.config import SpeculativeConfig
 from specgauge.drafters.base import Drafter, make_drafter
-from specgauge.engine.sampling import SamplingParams, logits_to_probs, make_generator
+from specgauge.engine.batch_verify import BatchVerifier, conditional_rates
+from specgauge.engine.sampling import SamplingParams, make_generator
 from specgauge.engine.spec_stats import SpecStats
-from specgauge.engine.verify import rejection_sample
+from specgauge.engine.step_records import EngineRequest, FinishReason, StepOutput, StepTiming
 from specgauge.nn.transformer import ModelArgs
 from specgauge.nn.weights import load_model, torch_device, torch_dtype
 
@@ -45,45 +47,6 @@ _log = logging.getLogger("specgauge.engine")
 
 class RequestError(ValueError):
     """A request the engine cannot serve (too long, bad token ids, duplicate id)."""
-
-
-@dataclass
-class StepOutput:
-    request_id: str
-    new_token_ids: list[int]  # tokens emitted this step (already clipped at max_tokens / stop)
-    num_drafted: int  # draft tokens proposed this step (0: no draft)
-    num_accepted: int  # of which the target kept (before clipping, as vLLM counts)
-    accepted: list[bool]  # per draft position
-    finished: bool
-    finish_reason: str | None  # "length" | "stop" | "abort" | "error" (failed inside the step) | None
-    num_prompt_tokens: int
-    num_output_tokens: int  # total so far
-    spec: SpecStats | None  # this request's running statistics (None without speculation)
-
-
-@dataclass
-class StepTiming:
-    """Where the last step's time went (seconds); read by the benchmark."""
-
-    prefill_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    num_prefill: int = 0
-    num_decode: int = 0
-    verify_tokens: int = 0  # tokens through the target's verification forward (padding included)
-
-
-@dataclass
-class _Request:
-    id: str
-    prompt: list[int]
-    params: SamplingParams
-    gen: torch.Generator
-    stats: SpecStats | None
-    output: list[int] = field(default_factory=list)
-    hist: list[int] = field(default_factory=list)  # prompt + output (what the drafter sees; read-only to it)
-    slot: int = -1
-    cached: int = 0  # tokens whose keys/values are in the target cache
 
 
 class Engine:
@@ -111,10 +74,10 @@ class Engine:
         self.model = load_model(target_dir, torch_dtype(dtype))
         self.spec = speculative_config if speculative_config and speculative_config.method else None
         self.k = int(self.spec.num_speculative_tokens or 0) if self.spec else 0
-        #: synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``): P(accept position i | the
-        #: ones before it accepted), whatever the target says — for measuring a step's cost at a chosen size
+        #: synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``) when the config asks for it:
+        #: for measuring a step's cost at a chosen size
         rates = self.spec.synthetic_rates() if self.spec else []
-        self.synthetic = [u / p if p > 0 else 0.0 for u, p in zip(rates, [1.0, *rates], strict=False)] if rates else None
+        self.verifier = BatchVerifier(conditional_rates(rates) if rates else None)
         if drafter is not None and not self.k:
             raise ValueError("a drafter needs a speculative_config with num_speculative_tokens")
         if verify_layout not in ("flat", "padded"):
@@ -125,9 +88,9 @@ class Engine:
         self.cache = self.model.new_cache(max_batch, max_model_len + self.k + 2)
         self.eos = set(self.args.eos_token_ids)
         self._free = list(range(max_batch))  # a heap: the lowest free slot first keeps running slots contiguous
-        self._waiting: deque[_Request] = deque()
-        self._running: dict[str, _Request] = {}
-        self._incoming: deque[_Request] = deque()
+        self._waiting: deque[EngineRequest] = deque()
+        self._running: dict[str, EngineRequest] = {}
+        self._incoming: deque[EngineRequest] = deque()
         self._aborts: set[str] = set()
         self._ids: set[str] = set()
         self._lock = threading.Lock()
@@ -174,7 +137,7 @@ class Engine:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._ids.add(request_id)
             stats = SpecStats(self.k) if self.k else None
-            self._incoming.append(_Request(request_id, prompt, params, make_generator(params.seed), stats, hist=list(prompt)))
+            self._incoming.append(EngineRequest(request_id, prompt, params, make_generator(params.seed), stats, hist=list(prompt)))
 
     def abort(self, request_id: str) -> None:
         """Drop a request at the next step; its slot is freed then."""
@@ -234,7 +197,7 @@ class Engine:
             aborts, self._aborts = self._aborts, set()
         for rid in aborts:
             outs += self._finish_aborted(rid)
-        admitted: list[_Request] = []
+        admitted: list[EngineRequest] = []
         step_no, self.steps_taken = self.steps_taken, self.steps_taken + 1
         while self._waiting and self._free:
             r = self._waiting.popleft()
@@ -255,7 +218,7 @@ class Engine:
         self.last_timing = timing
         return outs
 
-    def _contained(self, phase: Callable[[list[_Request]], list[StepOutput]], reqs: list[_Request],
+    def _contained(self, phase: Callable[[list[EngineRequest]], list[StepOutput]], reqs: list[EngineRequest],
                    restart: bool = False) -> list[StepOutput]:
         """Run one phase of the step (decode or prefill). When it raises, each request runs it alone, and
         the ones that fail again finish with ``finish_reason="error"``: an engine failure inside one
@@ -283,7 +246,7 @@ class Engine:
                 outs.append(self._fail_request(r, e))
         return outs
 
-    def _fail_request(self, r: _Request, e: BaseException) -> StepOutput:
+    def _fail_request(self, r: EngineRequest, e: BaseException) -> StepOutput:
         """Finish ``r`` with ``finish_reason="error"``, its slot freed, and say so in one log line."""
         _log.error("request %s failed inside the engine step (%s: %s); it gets an error, the engine goes on",
                    r.id, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
@@ -296,7 +259,7 @@ class Engine:
                     pass
         with self._lock:
             self._ids.discard(r.id)
-        return self._output(r, [], 0, 0, [], True, "error")
+        return r.step_output([], finish_reason="error")
 
     def _finish_aborted(self, rid: str) -> list[StepOutput]:
         r = self._running.pop(rid, None)
@@ -309,14 +272,14 @@ class Engine:
             self._release(r)
         with self._lock:
             self._ids.discard(rid)
-        return [self._output(r, [], 0, 0, [], True, "abort")]
+        return [r.step_output([], finish_reason="abort")]
 
-    def _release(self, r: _Request) -> None:
+    def _release(self, r: EngineRequest) -> None:
         heapq.heappush(self._free, r.slot)
         if self.drafter is not None:
             self.drafter.end(r.id, r.output)
 
-    def _prefill(self, reqs: list[_Request]) -> list[StepOutput]:
+    def _prefill(self, reqs: list[EngineRequest]) -> list[StepOutput]:
         lens = [len(r.prompt) for r in reqs]
         tokens = torch.tensor([t for r in reqs for t in r.prompt])
         if self.drafter is not None:
@@ -330,10 +293,10 @@ class Engine:
         for r in reqs:
             r.cached = len(r.prompt)
         no_drafts: list[list[int]] = [[] for _ in reqs]
-        toks, _ = self._verify(reqs, no_drafts, logits, list(range(len(reqs))))
+        toks, _ = self.verifier.verify(reqs, no_drafts, logits, list(range(len(reqs))))
         return [self._emit(r, toks[i], 0, 0) for i, r in enumerate(reqs)]
 
-    def _decode(self, reqs: list[_Request], timing: StepTiming) -> list[StepOutput]:
+    def _decode(self, reqs: list[EngineRequest], timing: StepTiming) -> list[StepOutput]:
         t0 = time.perf_counter()
         drafts = self._propose(reqs)
         t1 = time.perf_counter()
@@ -349,7 +312,7 @@ class Engine:
         first = [0] * len(reqs)  # flat index of each request's first row
         for i in range(1, len(reqs)):
             first[i] = first[i - 1] + lens[i - 1]
-        toks, n_acc = self._verify(reqs, drafts, logits, first)
+        toks, n_acc = self.verifier.verify(reqs, drafts, logits, first)
         if hidden is not None:  # the verified positions only: last token + accepted drafts (rejected ones never reach the head)
             for i, r in enumerate(reqs):
                 self.drafter.observe_hidden(r.id, hidden[first[i] : first[i] + 1 + n_acc[i]])  # type: ignore[union-attr]
@@ -372,7 +335,7 @@ class Engine:
             return self.model.forward_flat(tokens, slots, starts, lens, self.cache, logits_at=logits_at), None
         return self.model.forward_flat_hidden(tokens, slots, starts, lens, self.cache, layers, logits_at=logits_at)
 
-    def _propose(self, reqs: list[_Request]) -> list[list[int]]:
+    def _propose(self, reqs: list[EngineRequest]) -> list[list[int]]:
         if self.drafter is None:
             return [[] for _ in reqs]
         ids = [r.id for r in reqs]
@@ -385,105 +348,9 @@ class Engine:
             drafts = [self.drafter.propose(i, h, k) if k > 0 else [] for i, h, k in zip(ids, hists, ks, strict=True)]
         return [list(d)[:k] for d, k in zip(drafts, ks, strict=True)]
 
-    def _verify(
-        self,
-        reqs: list[_Request],
-        drafts: list[list[int]],
-        logits: Tensor,  # [N, V] flat: request i's rows are first[i] .. first[i] + len(drafts[i])
-        first: list[int],
-    ) -> tuple[list[list[int]], list[int]]:
-        """Tokens each request emits this step (accepted drafts + one recovered/bonus token) and the
-        number accepted. Greedy rows: argmax; the rest: :func:`rejection_sample` on their rows."""
-        if self.synthetic is not None and any(drafts):
-            return self._verify_synthetic(reqs, drafts, logits, first)
-        toks: list[list[int]] = [[] for _ in reqs]
-        n_acc = [0] * len(reqs)
-        greedy = [i for i, r in enumerate(reqs) if r.params.greedy]
-        if greedy:
-            # d_i is accepted iff it is argmax p_i; the extra token is argmax p_{n+1} (verify.py's greedy rule)
-            if len(greedy) == len(reqs):
-                best = logits.argmax(-1).tolist()
-                at = first
-            else:
-                rows = [first[i] + j for i in greedy for j in range(len(drafts[i]) + 1)]
-                best = logits[torch.tensor(rows)].argmax(-1).tolist()
-                at = [0] * len(reqs)
-                o = 0
-                for i in greedy:
-                    at[i], o = o, o + len(drafts[i]) + 1
-            for i in greedy:
-                d, o = drafts[i], at[i]
-                n = 0
-                while n < len(d) and d[n] == best[o + n]:
-                    n += 1
-                toks[i], n_acc[i] = d[:n] + [best[o + n]], n
-        sampled = [i for i, r in enumerate(reqs) if not r.params.greedy]
-        if sampled:
-            self._verify_sampled([reqs[i] for i in sampled], [drafts[i] for i in sampled], logits,
-                                 [first[i] for i in sampled], toks, n_acc, sampled)
-        return toks, n_acc
-
-    def _verify_synthetic(self, reqs: list[_Request], drafts: list[list[int]], logits: Tensor,
-                          first: list[int]) -> tuple[list[list[int]], list[int]]:
-        """Synthetic acceptance: draft position j is kept with its conditional rate while every earlier one
-        was (each request's own generator), then the target's token at the first position not kept —
-        argmax for a greedy request, a draw from its distribution otherwise (vLLM's synthetic rule)."""
-        assert self.synthetic is not None
-        toks: list[list[int]] = []
-        n_acc: list[int] = []
-        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
-            u = torch.rand(len(d), generator=r.gen, device="cpu").tolist()
-            n = 0
-            while n < len(d) and u[n] < self.synthetic[n]:
-                n += 1
-            row = logits[first[i] + n]
-            if r.params.greedy:
-                tok = int(row.argmax())
-            else:
-                p = r.params
-                probs = logits_to_probs(row[None].float(), torch.tensor([p.temperature]), torch.tensor([p.top_k]),
-                                        torch.tensor([p.top_p]))[0].cpu()
-                tok = int(torch.multinomial(probs, 1, generator=r.gen))
-            toks.append(d[:n] + [tok])
-            n_acc.append(n)
-        return toks, n_acc
-
-    def _verify_sampled(
-        self, reqs: list[_Request], drafts: list[list[int]], logits: Tensor, first: list[int],
-        toks: list[list[int]], n_acc: list[int], where: list[int],
-    ) -> None:
-        B = len(reqs)
-        K = max(len(d) for d in drafts)
-        K1 = K + 1
-        V = logits.shape[-1]
-        # each request's rows, padded to K + 1 by repeating its last row (padding is never read)
-        rows = torch.tensor([first[i] + min(j, len(d)) for i, d in enumerate(drafts) for j in range(K1)])
-        ps = [r.params for r in reqs]
-        rep = lambda xs: torch.tensor(xs).repeat_interleave(K1)  # noqa: E731
-        probs = logits_to_probs(
-            logits[rows], rep([p.temperature for p in ps]).float(),
-            rep([p.top_k for p in ps]).long(), rep([p.top_p for p in ps]).float(),
-        ).view(B, K1, V)
-        draft_t = torch.zeros(B, K, dtype=torch.long)
-        num_draft = torch.tensor([len(d) for d in drafts])
-        uniform = torch.zeros(B, K)
-        noise = torch.ones(B, K1, V)
-        for i, (r, d) in enumerate(zip(reqs, drafts, strict=True)):
-            if d:
-                draft_t[i, : len(d)] = torch.tensor(d)
-            # each request's own generator: a seed reproduces it in any batch
-            uniform[i, : len(d)] = torch.rand(len(d), generator=r.gen, device="cpu")
-            noise[i, : len(d) + 1] = torch.empty(len(d) + 1, V, device="cpu").exponential_(generator=r.gen)
-        greedy = torch.zeros(B, dtype=torch.bool)
-        out, n = rejection_sample(draft_t, num_draft, probs, None, greedy, uniform, noise)
-        n_list = n.tolist()
-        out_rows = out.tolist()
-        for i, w in enumerate(where):
-            toks[w], n_acc[w] = out_rows[i][: n_list[i] + 1], n_list[i]
-
-    def _emit(self, r: _Request, toks: list[int], drafted: int, accepted: int) -> StepOutput:
+    def _emit(self, r: EngineRequest, toks: list[int], drafted: int, accepted: int) -> StepOutput:
         new: list[int] = []
-        reason: str | None = None
+        reason: FinishReason | None = None
         for t in toks:  # clip at max_tokens and at the first stop / EOS token
             new.append(t)
             r.output.append(t)
@@ -494,18 +361,12 @@ class Engine:
                 reason = "length"
             if reason:
                 break
-        flags = [i < accepted for i in range(drafted)]
         if reason:
             del self._running[r.id]
             self._release(r)
             with self._lock:
                 self._ids.discard(r.id)
-        return self._output(r, new, drafted, accepted, flags, reason is not None, reason)
-
-    def _output(
-        self, r: _Request, new: list[int], drafted: int, accepted: int, flags: list[bool], fin: bool, why: str | None
-    ) -> StepOutput:
-        return StepOutput(r.id, new, drafted, accepted, flags, fin, why, len(r.prompt), len(r.output), r.stats)
+        return r.step_output(new, drafted=drafted, accepted=accepted, finish_reason=reason)
 
 
 def generate(engine: Engine, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[list[int]]:

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from specgauge.engine.core import Engine, StepOutput
+from specgauge.engine.core import Engine
+from specgauge.engine.step_records import StepOutput
 from specgauge.engine.metrics import EngineMetrics
 from specgauge.engine.sampling import SamplingParams
 
@@ -145,5 +146,5 @@ class EngineRunner:
     def _fail(self, rid: str) -> None:
         t = self._tracks.pop(rid, None)
         if t is not None and self._loop is not None:
-            o = StepOutput(rid, [], 0, 0, [], True, "error", 0, 0, None)
+            o = StepOutput.failed(rid)
             self._loop.call_soon_threadsafe(t.queue.put_nowait, Event(o, time.monotonic(), None, "error"))
