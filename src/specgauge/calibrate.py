@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specgauge.calibrate_points import ProposedPoint, default_forward, family, plan_synthetic, propose_points
 from specgauge.predict.fit import expand_run_dirs, fit_profile, synthetic_rates
-from specgauge.predict.observe import load_run, write_cell
+from specgauge.predict.runs import load_run, write_cell
 from specgauge.predict.predict import predict_cells
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.types import CellPrediction, CellSpec, ProfileError

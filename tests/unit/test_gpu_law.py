@@ -15,7 +15,7 @@ from specgauge.predict.fit_knee import extend
 from specgauge.predict.gpu_curve import GpuCurve, GpuServerCosts, gpu_step_function
 from specgauge.predict.law import CORE, StepTable, drafter_params, step_durations
 from specgauge.predict.lsq import solve
-from specgauge.predict.observe import Rows
+from specgauge.predict.rows import Rows
 from specgauge.predict.predict import step_function
 from specgauge.predict.types import ProfileError
 

@@ -1,4 +1,4 @@
-"""calibrate's replay check (``predict.observe.replay_check``): a server's final step counts drafts it
+"""calibrate's replay check (``offline.traces.replay_check``): a server's final step counts drafts it
 accepted past the output's end (max_tokens, EOS) before cutting — as vLLM's scheduler and the embedded
 engine do — so a greedy request whose live count exceeds the replay's by at most that final step's
 drafts past the end agrees; one more, fewer, or other draft counts do not."""
@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specgauge.predict.observe import counts_agree, replay_check
-from specgauge.predict.schedule import PlannedRequest
+from specgauge.offline.traces import PlannedRequest, counts_agree, replay_check
 from specgauge.records import RequestRecord, SpecCounts
 
 

@@ -15,10 +15,10 @@ import pytest
 
 from specgauge.predict import CellSpec, ProfileError, StepCostProfile, fit_profile
 from specgauge.predict.law import param_vector
-from specgauge.predict.observe import write_cell
+from specgauge.predict.runs import write_cell
 from specgauge.predict.predict import step_function
+from specgauge.offline.traces import PlannedRequest
 from specgauge.predict.schedule import (
-    PlannedRequest,
     simulate_schedule,
     step_ends,
     timeline,
@@ -263,7 +263,8 @@ def test_a_sampled_requests_drafts_come_from_its_own_live_tokens(tmp_path: Path)
     n-gram drafter replayed on the request's own live token ids does: it proposed from that context,
     and a rejected one-hot draft token never comes out. Such a record is used exactly, not by its mean."""
     from specgauge.drafters.base import make_drafter, replay_by_stepping
-    from specgauge.predict.observe import RunData, build_rows
+    from specgauge.predict.rows import build_rows
+    from specgauge.predict.runs import RunData
     from specgauge.predict.replay import WorkloadReplay
 
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]

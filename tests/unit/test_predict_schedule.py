@@ -12,8 +12,8 @@ from specgauge.predict import CellSpec, StepCostProfile, predict_cells
 from specgauge.predict.law import StepTable, param_vector
 from specgauge.predict.predict import step_function
 from specgauge.predict.profile import MeasuredRange
+from specgauge.offline.traces import PlannedRequest
 from specgauge.predict.schedule import (
-    PlannedRequest,
     simulate_schedule,
     step_ends,
     timeline,

@@ -120,7 +120,7 @@ def test_calibrations_check_finds_the_engine_doing_what_its_config_says(runs: An
     """The check calibration runs on each suffix run (``predict.fit``): every request identical, none of the
     greedy ones differing (before: '9 greedy request(s) drafted or came out differently than replayed')."""
     from specgauge.predict.fit_traces import engine_order_traces as _engine_order_traces
-    from specgauge.predict.observe import RunData
+    from specgauge.predict.runs import RunData
     from specgauge.predict.replay import WorkloadReplay
     from specgauge.predict.types import CellSpec
 

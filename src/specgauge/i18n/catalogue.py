@@ -173,7 +173,7 @@ TERMS: list[tuple[str, dict[str, str]]] = sorted([
     ("empty logged output", {"ko": "기록된 출력이 비어 있음"}),
     ("95 % CI", {"ko": "95 % 신뢰구간"}),  # recommend/choose: what must clear the margin
     ("prediction band", {"ko": "예측 구간"}),
-    ("first chunk carried decode steps too", {"ko": "첫 청크에 디코드 스텝도 실림"}),  # predict/observe: rows left out
+    ("first chunk carried decode steps too", {"ko": "첫 청크에 디코드 스텝도 실림"}),  # predict/rows: rows left out
     ("delivered in a burst", {"ko": "한꺼번에 전달됨"}),
     ("failed or empty", {"ko": "실패했거나 비어 있음"}),
     ("no prompt token count (usage)", {"ko": "프롬프트 토큰 수 없음 (usage)"}),

@@ -1,11 +1,11 @@
 """Calibrated speedup prediction: a step-cost law fitted on the user's own server, and a replay of
 the workload through a simulated closed-loop bench that turns it into the figures ``compare`` measures.
 
-Boundary: the law, the fit and the prediction (``law``, ``observe``, ``fit``, ``profile``, ``replay``,
-``schedule``, ``predict``) read bench output directories (``results.jsonl`` + ``run.json``) and
-workloads with logged outputs, and never touch a server; ``scripted_server`` is a test server with a
-known law. Live calibration runs belong to ``specgauge.calibrate`` (outside this package), which
-drives the sweep's grid runner and then fits here. Nothing here imports the CLI, the sweep or simulate.
+Boundary: the law, the fit and the prediction (``runs`` → ``observe`` → ``rows`` → ``fit`` → ``profile``;
+``law``, ``replay``, ``schedule``, ``predict``) read bench output directories (``results.jsonl`` + ``run.json``)
+and workloads with logged outputs, and never touch a server; ``testing.scripted_server`` is a test server
+with a known law. Live calibration runs belong to ``specgauge.calibrate`` (outside this package), which
+drives the sweep's grid runner and then fits here. Nothing here imports the CLI, the sweep, simulate or stats (tests/unit/test_layers.py).
 
 Public API (used by ``specgauge.sweep`` / ``specgauge.recommend`` / the demo):
 

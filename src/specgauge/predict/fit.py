@@ -35,7 +35,8 @@ from specgauge.predict.fit_knee import Extension, extend
 from specgauge.predict.fit_traces import best_traces
 from specgauge.predict.law import CORE, SHAPES, drafter_params, is_model_method, method_kind
 from specgauge.predict.lsq import ELL, design, resample, robust_fit, run_groups, solve, trim_rows
-from specgauge.predict.observe import Rows, RunData, build_rows, load_run
+from specgauge.predict.rows import Rows, build_rows
+from specgauge.predict.runs import RunData, load_run
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.types import CellSpec, ProfileError
 

@@ -31,7 +31,7 @@ from specgauge.i18n import en
 from specgauge.predict.law import KNEE, KNEE_PARAM, hidden_host_params, is_model_method, method_kind
 from specgauge.predict.lsq import ELL
 from specgauge.predict.lsq import solve as lsq_solve
-from specgauge.predict.observe import Rows
+from specgauge.predict.rows import Rows
 
 #: an extension must cut the residual sum of squares by at least this share
 MIN_GAIN = 0.05

@@ -16,7 +16,8 @@ import numpy as np
 from specgauge import __version__
 from specgauge.i18n import en
 from specgauge.predict.law import KNEE, StepTable, is_model_method, method_kind, param_vector, step_durations
-from specgauge.predict.observe import Rows, RunData
+from specgauge.predict.rows import Rows
+from specgauge.predict.runs import RunData
 from specgauge.predict.profile import HostBound, MeasuredRange
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specgauge.predict.observe import RunData, replay_check
+from specgauge.offline.traces import PlannedRequest, replay_check
+from specgauge.predict.runs import RunData
 
 
 def best_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -61,7 +62,6 @@ def engine_order_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tu
     if rd.method != "suffix":
         return None
     from specgauge.predict.replay import resolve_spec
-    from specgauge.predict.schedule import PlannedRequest
     from specgauge.offline.record_fields import max_model_len_of_server, token_ids
     from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
 
@@ -83,7 +83,8 @@ def engine_order_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tu
         sc, ids = schedule_of(rec.extra), token_ids(rec.extra)
         if rec.ok and sc is not None and ids is not None and sc[1] in traces:
             tr = traces[sc[1]]
-            planned[rec.id] = PlannedRequest(rec.id, len(ids[0]), len(ids[1]), tr.drafted, tr.accepted, greedy.get(rec.id, True))
+            planned[rec.id] = PlannedRequest(id=rec.id, prompt_tokens=len(ids[0]), output_tokens=len(ids[1]), drafted=tr.drafted,
+                                           accepted=tr.accepted, greedy=greedy.get(rec.id, True))
     chk = replay_check(rd.records, planned)
     chk["replayed_from"] = "the live outputs, in the engine's own call order"
     first = min((sc[1] for x in rd.records if (sc := schedule_of(x.extra)) is not None), default=0)

@@ -12,7 +12,7 @@ import numpy as np
 from scipy.optimize import nnls
 from scipy.stats import median_abs_deviation
 
-from specgauge.predict.observe import Rows
+from specgauge.predict.rows import Rows
 
 #: the HTTP round trip's column (the TTFT rows' one step carries it)
 ELL = "ell"

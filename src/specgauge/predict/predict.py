@@ -30,8 +30,8 @@ from specgauge.predict.law import (
 )
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.replay import ADAPTIVE_KEY, WorkloadReplay, prior_requests, resolve_spec
+from specgauge.offline.traces import PlannedRequest
 from specgauge.predict.schedule import (
-    PlannedRequest,
     Schedule,
     simulate_schedule,
     timeline,

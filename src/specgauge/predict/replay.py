@@ -26,6 +26,7 @@ from specgauge.drafters.base import (
     offers_whole_output,
     trace_from_runs,
 )
+from specgauge.offline.traces import PlannedRequest, PositionTrace
 from specgauge.offline.replay import (
     LazyTokenizer,
     MethodReplay,
@@ -35,7 +36,6 @@ from specgauge.offline.replay import (
     replayed_request,
 )
 from specgauge.predict.law import is_model_method, method_kind
-from specgauge.predict.schedule import PlannedRequest, PositionTrace
 from specgauge.predict.types import ProfileError
 from specgauge.workload.plan import plan_cycle
 

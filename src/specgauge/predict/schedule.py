@@ -23,43 +23,8 @@ from itertools import pairwise
 
 import numpy as np
 
+from specgauge.offline.traces import PlannedRequest
 from specgauge.predict.law import StepTable
-
-
-@dataclass
-class PositionTrace:
-    """What a deterministic drafter proposes for one logged output at every position, not only at the
-    positions one k's steps reach: index p is a decode step that starts with p output tokens emitted
-    (0 unused: output token 0 comes from the prefill). ``drafted[p]``: tokens proposed at the largest k;
-    ``accepted[p]``: how many of them the logged output continues with. A step at p with proposal
-    length k' <= that k drafts ``min(drafted[p], k')`` and accepts ``min(accepted[p], k')`` — a greedy
-    chain of k' tokens is the first k' tokens of the longer one — so steps whose k changes with the
-    batch (vLLM's ``num_speculative_tokens_per_batch_size``) or whose acceptance is drawn (synthetic
-    acceptance) follow from one table."""
-
-    drafted: np.ndarray  # (L,) int
-    accepted: np.ndarray  # (L,) int
-
-    def at(self, pos: int, k: int) -> tuple[int, int]:
-        """(drafted, accepted) of a step at output position ``pos`` with proposal length ``k``."""
-        if pos >= len(self.drafted):
-            return 0, 0
-        d = min(int(self.drafted[pos]), k)
-        return d, min(int(self.accepted[pos]), d)
-
-
-@dataclass
-class PlannedRequest:
-    """One request of the run: its prompt size and the decode steps replay says it takes."""
-
-    id: str
-    prompt_tokens: int
-    output_tokens: int  #: L; output token 0 comes from the prefill step
-    drafted: np.ndarray  #: (decode steps,) tokens proposed at each decode step
-    accepted: np.ndarray  #: (decode steps,) of which the target kept
-    greedy: bool = True  #: temperature 0 (the live output equals the logged one)
-    #: every position's proposal (``PositionTrace``), for a run whose k changes per step; None: the steps above
-    positions: PositionTrace | None = None
 
 
 @dataclass

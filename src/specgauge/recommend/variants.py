@@ -4,7 +4,7 @@ adaptive verification's upper bound, each predicted on the same workload from th
 
 The schedule's cells are simulated with k chosen per step from the requests the step schedules (as vLLM
 keys it), every request's drafts taken at its position from one table of proposals
-(``predict.schedule.PositionTrace``), so a schedule is not read off its fixed-k cells: where the batch
+(``offline.traces.PositionTrace``), so a schedule is not read off its fixed-k cells: where the batch
 ramps up and drains, its steps draft at the other bands' k. Adaptive verification (DSpark's
 ``enable_adaptive_verification``: the server verifies fewer drafts where its confidence head is unsure)
 needs the drafter's own replay of that cut (``predict.replay.WorkloadReplay._adaptive_positions``); a
