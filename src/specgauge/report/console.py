@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -12,6 +14,10 @@ from specgauge.i18n import t as tr
 from specgauge.i18n import translate
 from specgauge.i18n.workload_text import DATA_KEYS
 from specgauge.workload.profile import Dist, WorkloadProfile
+
+if TYPE_CHECKING:
+    from specgauge.simulate.cost_model import SpeedupPrediction
+    from specgauge.simulate.run import SegmentResult, SimulateResult
 
 
 def _data(text: str) -> str:
@@ -92,36 +98,52 @@ def _f(v: float | None, fmt: str = "{:.2f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def render_simulation(r: "SimulateResult", console: Console, detail: bool = False) -> None:  # noqa: F821
-    from specgauge.simulate.cost_model import UNCALIBRATED
-    from specgauge.simulate.run import SegmentResult
+def _prediction(seg: SegmentResult, method: str, k: int, batch: int) -> SpeedupPrediction | None:
+    return next((p for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
 
-    b0 = r.batch_sizes[0]
+
+def _shown(v: float | None, mark: str) -> str:
+    return "–" if v is None else f"{mark}{v:.2f}x"
+
+
+def _predicted(seg: SegmentResult, method: str, k: int, batch: int, mark: str) -> str:
+    p = _prediction(seg, method, k, batch)
+    return _shown(None if p is None else p.predicted_speedup, mark)
+
+
+def _banded(seg: SegmentResult, method: str, k: int, batch: int, mark: str) -> str:
+    """The speedup with its band when a calibrated law predicted it (^: extrapolated)."""
+    p = _prediction(seg, method, k, batch)
+    if p is None or p.predicted_speedup is None:
+        return "–"
+    text = _shown(p.predicted_speedup, mark)
+    if p.low is not None and p.high is not None:
+        text += f" ({p.low:.2f}–{p.high:.2f})"
+    return text + ("^" if p.extrapolated else "")
+
+
+def render_simulation(r: SimulateResult, console: Console, detail: bool = False) -> None:
+    from specgauge.simulate.cost_model import UNCALIBRATED
+
     # without a fitted law (--cost-profile) the speedup is the guessed cost model's: shown as a guess ("~"),
     # in a column that says so, never as a figure beside the measured acceptance
     guessed = all(p.source == UNCALIBRATED for p in r.overall.predictions)
     speedup_col = "simulate.col.guess" if guessed else "simulate.col.speedup"
     mark = "~" if guessed else ""
-
-    def pred(seg: SegmentResult, method: str, k: int, batch: int) -> float | None:
-        return next((p.predicted_speedup for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
-
-    def shown(v: float | None) -> str:
-        return "–" if v is None else f"{mark}{v:.2f}x"
-
-    def banded(seg: SegmentResult, method: str, k: int, batch: int) -> str:
-        """The speedup with its band when a calibrated law predicted it (^: extrapolated)."""
-        p = next((p for p in seg.predictions if p.method == method and p.k == k and p.batch == batch), None)
-        if p is None or p.predicted_speedup is None:
-            return "–"
-        text = shown(p.predicted_speedup)
-        if p.low is not None and p.high is not None:
-            text += f" ({p.low:.2f}–{p.high:.2f})"
-        return text + ("^" if p.extrapolated else "")
-
-    t = Table(title=tr("simulate.title_guess" if guessed else "simulate.title", n=r.requests_replayed), title_justify="left")
     # a hidden-state head's teacher-forced figure, beside the replayed one (absent for every other method)
     tf = any(s.teacher_forced_acceptance_rate is not None for s in r.overall.summaries)
+    console.print(_overall_table(r, guessed, speedup_col, mark, tf))
+    if tf:
+        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(tr('simulate.tf_note'))}", highlight=False)
+    console.print(_segment_table(r, guessed, speedup_col, mark))
+    if detail:
+        console.print(_detail_table(r, speedup_col, mark))
+    _simulation_notes(r, console)
+
+
+def _overall_table(r: SimulateResult, guessed: bool, speedup_col: str, mark: str, tf: bool) -> Table:
+    """Every method × k over all requests, the speedup per batch size (the best k in bold green)."""
+    t = Table(title=tr("simulate.title_guess" if guessed else "simulate.title", n=r.requests_replayed), title_justify="left")
     cols = [tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), *([tr("simulate.col.tf_acc")] if tf else []),
             "MAL", tr("simulate.col.per_position"), tr("simulate.col.tok_step"), tr("simulate.col.req_acc")]
     cols += [tr(speedup_col, b=b) for b in r.batch_sizes]
@@ -135,12 +157,15 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
             _f(s.mean_acceptance_length),
             " ".join(_f(x, "{:.2f}") for x in s.per_position_rate), _f(s.tokens_per_step),
             "–" if ra.n == 0 else f"{_pct(ra.p10)}/{_pct(ra.p50)}/{_pct(ra.p90)}",
-            *[banded(r.overall, s.method, s.k, b) for b in r.batch_sizes],
+            *[_banded(r.overall, s.method, s.k, b, mark) for b in r.batch_sizes],
             style="bold green" if best else None,
         )
-    console.print(t)
-    if tf:
-        console.print(f"[yellow]{tr('console.note')}[/yellow] {escape(tr('simulate.tf_note'))}", highlight=False)
+    return t
+
+
+def _segment_table(r: SimulateResult, guessed: bool, speedup_col: str, mark: str) -> Table:
+    """Each segment's best k per method at the first batch size, then the overall row."""
+    b0 = r.batch_sizes[0]
     seg = Table(title=tr("simulate.title.segments_guess" if guessed else "simulate.title.segments", b=b0), title_justify="left")
     for i, c in enumerate([tr("profile.col.segment"), tr("simulate.col.method"), tr("simulate.col.best_k"),
                            tr("profile.col.requests"), tr("simulate.col.acc_rate"), "MAL", tr("simulate.col.tok_step"),
@@ -157,18 +182,26 @@ def render_simulation(r: "SimulateResult", console: Console, detail: bool = Fals
                 seg.add_row(name, m, "–", "0", "–", "–", "–", "–")
                 continue
             seg.add_row(name, m, str(k), str(s.requests), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
-                        _f(s.tokens_per_step), shown(pred(sr, m, s.k, b0)))
-    console.print(seg)
-    if detail:
-        d = Table(title=tr("simulate.title.detail"), title_justify="left")
-        for c in [tr("profile.col.segment"), tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), "MAL",
-                  tr("simulate.col.per_position_short"), tr(speedup_col, b=b0)]:
-            d.add_column(c)
-        for name, sr in r.segments.items():
-            for s in sr.summaries:
-                d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
-                          " ".join(_f(x) for x in s.per_position_rate), shown(pred(sr, s.method, s.k, b0)))
-        console.print(d)
+                        _f(s.tokens_per_step), _predicted(sr, m, s.k, b0, mark))
+    return seg
+
+
+def _detail_table(r: SimulateResult, speedup_col: str, mark: str) -> Table:
+    """Every segment × method × k row (``--detail``)."""
+    b0 = r.batch_sizes[0]
+    d = Table(title=tr("simulate.title.detail"), title_justify="left")
+    for c in [tr("profile.col.segment"), tr("simulate.col.method"), "k", tr("simulate.col.acc_rate"), "MAL",
+              tr("simulate.col.per_position_short"), tr(speedup_col, b=b0)]:
+        d.add_column(c)
+    for name, sr in r.segments.items():
+        for s in sr.summaries:
+            d.add_row(name, s.method, str(s.k), _pct(s.acceptance_rate), _f(s.mean_acceptance_length),
+                      " ".join(_f(x) for x in s.per_position_rate), _predicted(sr, s.method, s.k, b0, mark))
+    return d
+
+
+def _simulation_notes(r: SimulateResult, console: Console) -> None:
+    """Whether the figures are exact, what was skipped, the notes, and what the logs cannot tell."""
     bounded = any(not s.exact for s in r.overall.summaries)  # a note below gives those figures' bounds
     label = (tr("simulate.exact_bounded") if bounded else tr("simulate.exact")) if r.exact \
         else tr("simulate.approx", tok=_data(r.tokenizer))
