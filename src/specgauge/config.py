@@ -135,6 +135,24 @@ class SpeculativeConfig(BaseModel):
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
+def method_kind(method: str | None) -> str | None:
+    """The method family of a vLLM ``method`` value (``draft_model`` when a config names only a model)."""
+    if method is None:
+        return None
+    return method.split(":")[0]
+
+
+def resolve_spec(spec: dict[str, Any] | None) -> tuple[str | None, int, SpeculativeConfig | None]:
+    """(method family, k, parsed config) of a vLLM ``--speculative-config``; (None, 0, None) = off."""
+    if not spec:
+        return None, 0, None
+    try:
+        cfg = SpeculativeConfig.model_validate(spec)
+    except ValidationError as e:
+        raise ConfigError(f"speculative config {json.dumps(spec)}: {format_validation_error(e)}") from None
+    return method_kind(cfg.method), int(cfg.num_speculative_tokens or 0), cfg
+
+
 def schedule_k(schedule: list[list[int]], batch: int) -> int:
     """The k vLLM's ``num_speculative_tokens_per_batch_size`` gives a step of ``batch`` scheduled requests:
     the range holding it; past the last range the last k; before the first (none: it starts at 1) the first."""

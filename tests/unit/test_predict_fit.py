@@ -54,7 +54,7 @@ def planned(n: int, method: str | None, k: int, seed: int, sampled_every: int = 
 def write_run(root: Path, name: str, reqs: list[PlannedRequest], spec: dict | None, conc: int, law: dict,
               shape: str, jitter: float = 0.0, seed: int = 0) -> Path:
     """Simulate the closed loop with ``law`` and write what bench would have recorded."""
-    from specgauge.predict.replay import resolve_spec
+    from specgauge.config import resolve_spec
 
     method, k, _ = resolve_spec(spec)
     ell = law["ell"]

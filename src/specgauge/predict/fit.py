@@ -200,7 +200,7 @@ def _collect_rows(cal: Calibration, sampled_ids: Set[str] | None) -> None:
 
 def synthetic_rates(spec: dict[str, Any] | None) -> list[float]:
     """The per-position unconditional acceptance rates of a synthetic config ([] for any other)."""
-    from specgauge.predict.replay import resolve_spec
+    from specgauge.config import resolve_spec
 
     cfg = resolve_spec(spec)[2]
     return cfg.synthetic_rates() if cfg is not None else []

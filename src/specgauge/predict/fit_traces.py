@@ -61,7 +61,7 @@ def engine_order_traces(replay: Any, rd: RunData, runs: Sequence[RunData]) -> tu
     call order (``offline.schedule``), so the server state is known, not guessed. None elsewhere."""
     if rd.method != "suffix":
         return None
-    from specgauge.predict.replay import resolve_spec
+    from specgauge.config import resolve_spec
     from specgauge.offline.record_fields import max_model_len_of_server, token_ids
     from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
 

@@ -74,6 +74,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specgauge.config import method_kind
+
 CORE = ("a", "r", "b", "c", "p", "q", "e", "v", "g", "gv", "gd")
 #: the hinge slope past the knee (a parameter only when the fit found a knee; ``params["knee"]`` its position)
 KNEE_PARAM = "b2"
@@ -115,13 +117,6 @@ def hidden_host_params(method: str | None) -> list[str]:
     if m is None or m in MODEL_METHODS:
         return []
     return [f"host_par[{m}]", f"host_par0[{m}]"]
-
-
-def method_kind(method: str | None) -> str | None:
-    """The method family of a vLLM ``method`` value (``draft_model`` when a config names only a model)."""
-    if method is None:
-        return None
-    return method.split(":")[0]
 
 
 def is_model_method(method: str | None) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.config import SCHEDULE_KEY, schedule_k
+from specgauge.config import SCHEDULE_KEY, resolve_spec, schedule_k
 from specgauge.i18n import en
 from specgauge.predict.law import (
     KNEE,
@@ -29,7 +29,7 @@ from specgauge.predict.law import (
     step_durations,
 )
 from specgauge.predict.profile import StepCostProfile
-from specgauge.predict.replay import ADAPTIVE_KEY, WorkloadReplay, prior_requests, resolve_spec
+from specgauge.predict.replay import ADAPTIVE_KEY, WorkloadReplay, prior_requests
 from specgauge.offline.traces import PlannedRequest
 from specgauge.predict.schedule import (
     Schedule,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from specgauge.config import SpeculativeConfig
+from specgauge.config import SpeculativeConfig, resolve_spec
 from specgauge.i18n import en
 from specgauge.drafters.base import (
     ReplayTrace,
@@ -35,7 +35,7 @@ from specgauge.offline.replay import (
     ReplayError,
     replayed_request,
 )
-from specgauge.predict.law import is_model_method, method_kind
+from specgauge.predict.law import is_model_method
 from specgauge.predict.types import ProfileError
 from specgauge.workload.plan import plan_cycle
 
@@ -67,18 +67,6 @@ def prior_requests(n: int, warmup: int = 0, earlier_runs: int = 0) -> list[int]:
 
 def config_key(spec: dict[str, Any] | None) -> str:
     return json.dumps(spec or {}, sort_keys=True)
-
-
-def resolve_spec(spec: dict[str, Any] | None) -> tuple[str | None, int, SpeculativeConfig | None]:
-    """(method family, k, parsed config) of a vLLM ``--speculative-config``; (None, 0, None) = off."""
-    if not spec:
-        return None, 0, None
-    try:
-        cfg = SpeculativeConfig.model_validate(spec)
-    except ValueError as e:
-        raise ProfileError(f"speculative config {json.dumps(spec)}: {str(e).splitlines()[-1]}") from None
-    m = method_kind(cfg.method)
-    return m, int(cfg.num_speculative_tokens or 0), cfg
 
 
 class WorkloadReplay:

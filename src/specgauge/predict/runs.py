@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specgauge.config import resolve_spec
 from specgauge.paths import portable_specs, resolve_specs
-from specgauge.predict.replay import resolve_spec
 from specgauge.predict.types import CellSpec, ProfileError
 from specgauge.records import RequestRecord, ResultsFile
 

@@ -15,7 +15,7 @@ import numpy as np
 from specgauge.i18n import en
 from specgauge.predict.predict import step_function
 from specgauge.predict.profile import StepCostProfile
-from specgauge.predict.replay import resolve_spec
+from specgauge.config import resolve_spec
 
 
 def predicted_prefill_delta_s(profile: StepCostProfile, spec: dict[str, Any] | None, prompt_tokens: Sequence[int]) -> float:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from specgauge.config import SCHEDULE_KEY
+from specgauge.config import SCHEDULE_KEY, ConfigError
 from specgauge.i18n import en
 from specgauge.predict import CellSpec, StepCostProfile, predict_cells
 from specgauge.predict.replay import ADAPTIVE_KEY, WorkloadReplay
@@ -109,6 +109,6 @@ def compare_k(profile: StepCostProfile, workload: Sequence[Path], configs: Seque
                                tokenizer=tokenizer, num_prompts=num_prompts, replay=replay, reused_server=reused_server)
             out.rows += [_row("adaptive", p) for p in ad]
             out.notes.append(en("variants.n.oracle", label=label))
-        except ProfileError as e:
+        except (ProfileError, ConfigError) as e:  # a config the planner cannot replay, or one vLLM would refuse
             out.rows += [VariantRow(variant="adaptive", label=label, concurrency=c, reason=str(e)) for c in concs]
     return out

@@ -138,7 +138,7 @@ def _stateless(spec: dict[str, Any]) -> bool:
     """The drafter keeps nothing from one request to the next (n-gram, a draft model)."""
     from specgauge.drafters.base import is_stateful
     from specgauge.predict.law import is_model_method
-    from specgauge.predict.replay import resolve_spec
+    from specgauge.config import resolve_spec
 
     method = resolve_spec(spec)[0]
     return method is not None and (not is_stateful(method) or is_model_method(method))

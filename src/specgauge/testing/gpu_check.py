@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 
 from specgauge.calibrate import CalibrateConfig, measure_cell, plan_calibration, run_calibration
-from specgauge.config import MIN_SPEEDUP
+from specgauge.config import MIN_SPEEDUP, resolve_spec
 from specgauge.predict import CellSpec, predict_cells
 from specgauge.predict.gpu_curve import GpuCurve, GpuServerCosts, gpu_step_function
 from specgauge.predict.profile import StepCostProfile
-from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
+from specgauge.predict.replay import WorkloadReplay, prior_requests
 from specgauge.predict.schedule import simulate_schedule, timeline
 from specgauge.testing.scripted_server import Traces, replay_traces
 from specgauge.testing.server_process import ServerProcess

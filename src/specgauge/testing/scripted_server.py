@@ -43,7 +43,7 @@ from specgauge.drafters.base import accepted_options, accepted_prefix, make_draf
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.predict.law import SHAPES, is_model_method
 from specgauge.predict.predict import step_function
-from specgauge.predict.replay import resolve_spec
+from specgauge.config import resolve_spec
 from specgauge.testing._loop import ThreadedServer
 from specgauge.testing.faults import FaultHooks, Faults
 from specgauge.testing.vllm_metrics import vllm_metrics_text
@@ -69,7 +69,7 @@ def replay_traces(replay: Any, spec: dict[str, Any] | None, runs: int = 1) -> Tr
     server's runs 0..runs-1 over the same requests (run r: the suffix cache holds the r earlier runs).
     A synthetic config's steps depend on its draws, so its traces are per output position instead
     (``WorkloadReplay.positions``: what the drafter proposes at each position)."""
-    from specgauge.predict.replay import prior_requests, resolve_spec
+    from specgauge.predict.replay import prior_requests
 
     out: Traces = []
     by_id = {r.id: r for r in replay.requests}
