@@ -10,16 +10,15 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 
 from specgauge.cli.common import LangOpt, console, err_console, user_errors
-from specgauge.config import MIN_SPEEDUP, ConfigError, format_validation_error
+from specgauge.config import MIN_SPEEDUP
 
 if TYPE_CHECKING:
-    from specgauge.canary import CanaryResult
+    from specgauge.canary import CanaryConfig, CanaryResult
 
 
 def _names(text: str) -> list[str]:
@@ -95,39 +94,44 @@ def canary(
 
     Exit status: 0 complete, 1 rolled back, 3 undecided, 2 user error.
     """
-    from specgauge.canary import CanaryConfig, Guardrails, JudgeConfig, run_canary
+    from specgauge.canary import CanaryConfig, Guardrails, JudgeConfig
     from specgauge.canary.config import parse_duration, parse_steps
     from specgauge.config import SpeculativeConfig
 
-    try:
-        cfg = CanaryConfig(
-            baseline=baseline, candidate=candidate, host=host, port=port, steps=parse_steps(steps),
-            interval_s=parse_duration(interval, "--interval"), shadow=shadow, failure_limit=failure_limit,
-            max_weight_without_speedup=max_weight_without_speedup, session_header=session_header, hash_seed=hash_seed,
-            judge=JudgeConfig(
-                guardrails=Guardrails(max_failure_rate=max_failure_rate, ttft_p95_ms=ttft_p95_ms, tpot_p95_ms=tpot_p95_ms,
-                                      e2e_p95_ms=e2e_p95_ms, min_acceptance_rate=min_acceptance_rate,
-                                      min_draft_tokens=min_draft_tokens, critical=_names(critical)),
-                metrics=_names(metrics), speed_metric=speed_metric, min_samples=min_samples,
-                min_speedup=min_speedup, confidence=confidence, alpha=alpha, max_divergence=max_divergence,
-                min_pairs=min_pairs, pass_score=pass_score,
-            ),
-            out_dir=out_dir, keep_outputs=keep_outputs, reset_state=reset_state,
-            duration_s=parse_duration(duration, "--duration") if duration else None,
-            first_byte_timeout_s=parse_duration(first_byte_timeout, "--first-byte-timeout"),
-            stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"), timeout_s=parse_duration(timeout, "--timeout"),
-            header_timeout_s=parse_duration(header_timeout, "--header-timeout"),
-            body_timeout_s=parse_duration(body_timeout, "--body-timeout"), max_body_bytes=max_body_bytes,
-            max_inflight_bytes=max_inflight_bytes,
-            candidate_dialect=candidate_dialect, tag_responses=tag_responses,
-            speculative_config=SpeculativeConfig.from_json(speculative_config).model_dump(exclude_none=True) if speculative_config else None,
-        )
-    except ValidationError as e:
-        raise ConfigError(format_validation_error(e)) from None
+    cfg = CanaryConfig(
+        baseline=baseline, candidate=candidate, host=host, port=port, steps=parse_steps(steps),
+        interval_s=parse_duration(interval, "--interval"), shadow=shadow, failure_limit=failure_limit,
+        max_weight_without_speedup=max_weight_without_speedup, session_header=session_header, hash_seed=hash_seed,
+        judge=JudgeConfig(
+            guardrails=Guardrails(max_failure_rate=max_failure_rate, ttft_p95_ms=ttft_p95_ms, tpot_p95_ms=tpot_p95_ms,
+                                  e2e_p95_ms=e2e_p95_ms, min_acceptance_rate=min_acceptance_rate,
+                                  min_draft_tokens=min_draft_tokens, critical=_names(critical)),
+            metrics=_names(metrics), speed_metric=speed_metric, min_samples=min_samples,
+            min_speedup=min_speedup, confidence=confidence, alpha=alpha, max_divergence=max_divergence,
+            min_pairs=min_pairs, pass_score=pass_score,
+        ),
+        out_dir=out_dir, keep_outputs=keep_outputs, reset_state=reset_state,
+        duration_s=parse_duration(duration, "--duration") if duration else None,
+        first_byte_timeout_s=parse_duration(first_byte_timeout, "--first-byte-timeout"),
+        stall_timeout_s=parse_duration(stall_timeout, "--stall-timeout"), timeout_s=parse_duration(timeout, "--timeout"),
+        header_timeout_s=parse_duration(header_timeout, "--header-timeout"),
+        body_timeout_s=parse_duration(body_timeout, "--body-timeout"), max_body_bytes=max_body_bytes,
+        max_inflight_bytes=max_inflight_bytes,
+        candidate_dialect=candidate_dialect, tag_responses=tag_responses,
+        speculative_config=SpeculativeConfig.from_json(speculative_config).model_dump(exclude_none=True) if speculative_config else None,
+    )
+    _roll_out(cfg, shadow=shadow, steps=steps, interval=interval, as_json=as_json)
 
-    ready = functools.partial(_print_ready, shadow=shadow, steps=steps, interval=interval, log=out_dir / "decisions.jsonl")
+
+def _roll_out(cfg: CanaryConfig, *, shadow: bool, steps: str, interval: str, as_json: bool) -> NoReturn:
+    """The proxy until the roll-out ends: events on stderr as they come, the summary at the end, and
+    the roll-out's exit status."""
+    from specgauge.canary import run_canary
+
+    ready = functools.partial(_print_ready, shadow=shadow, steps=steps, interval=interval,
+                              log=cfg.out_dir / "decisions.jsonl")
     result = run_canary(cfg, on_event=_print_event, on_ready=ready)
-    _print_result(result, as_json=as_json, summary=out_dir / "summary.json")
+    _print_result(result, as_json=as_json, summary=cfg.out_dir / "summary.json")
     raise typer.Exit(result.exit_code)
 
 
