@@ -200,12 +200,12 @@ def test_compare_gives_no_go_ahead_while_the_drafter_fails_and_names_the_cause(t
 def test_a_replay_that_cannot_run_says_so_instead_of_failing_the_bench(monkeypatch: pytest.MonkeyPatch) -> None:
     r = check_run([_rec(0, [1, 2, 3], [4, 5])], {"method": "suffix", "num_speculative_tokens": 0}, "t")
     assert not r.available and "not understood" in (r.reason or "")
-    import specgauge.stats.replay_check as rc
+    from specgauge.offline.live import LiveReplayer
 
     def boom(*a: Any, **k: Any) -> None:
         raise ValueError("token id 5000 is outside the draft model's vocabulary")
 
-    monkeypatch.setattr(rc._Replayer, "trace", boom)
+    monkeypatch.setattr(LiveReplayer, "trace", boom)
     r = check_run([_rec(0, *_workload()[0])], NGRAM, "t")
     assert not r.available and "r0: the ngram replay failed: token id 5000" in (r.reason or "")
 

@@ -2,7 +2,7 @@
 
 ``replay`` is the one place a workload's requests become token ids (one exactness rule) and a draft
 method becomes replay traces per k; ``simulate``'s tables, ``predict``'s planner, the Ray path
-(``scale``) and the bench's replay check (``stats.replay_check``) all consume it.
+(``scale``) and the bench's replay check (``live``, judged by ``stats.replay_check``) all consume it.
 """
 
 from specgauge.offline.replay import (

@@ -6,41 +6,35 @@ same drafter gives, request by request, the drafts and accepted tokens a correct
 server whose acceptance falls below that has a broken drafter or verifier (the *drafter* side of a
 failure); outputs that differ from a no-speculation baseline are the *target* side (``compare``).
 
-Boundary: bench records and a speculative config in, data out (``ReplayCheck``). Replays with
-``specgauge.drafters``; no I/O, no printing. Rules, per request:
+Boundary: bench records and a speculative config in, data out (``ReplayCheck``); no I/O, no printing.
+The traces come from ``offline.live`` (the run's outputs replayed in the order its server saw them:
+warm-ups first, the embedded engine's own call order where its records give it); this module judges
+them against the server's own counts. Rules, per request:
 
 * the server's final step may accept draft tokens past the returned output (past ``max_tokens``,
   after the EOS) and counts them: there the replay is a lower bound, by at most the draft tokens its
   final step proposed past the output's end (``final_bound``); every other step must be identical
   (with vLLM's ``per_step_*`` lists) or the totals equal within that bound (without them);
-* ``suffix``: one cache shared by all requests, fed in send order; exact only while requests did not
-  overlap in time (overlapping ones interleave their tokens in the cache step by step), and only up
-  to the first step that may depend on a token no log holds (``SuffixTrace``): such requests are
-  ``uncertain``, never a gap;
+* ``suffix``: from the step on which the replay cannot vouch (``offline.live``: overlapping requests,
+  requests the records lack, a token no log holds) a request is ``uncertain``, never a gap;
 * a gap is a request the replay proves the server got wrong: different draft counts, fewer accepted
-  tokens than its output allows, or more than the bound permits;
-* warm-up requests (``RunRecord.warmups``) entered the server's cache first: they are replayed first;
-* the embedded engine reports each request's prefill step and admission number: with every request
-  it admitted known (warm-ups included, admissions 0..n-1), the cache is replayed in the engine's own
-  call order (``offline.schedule``), exact also for requests that overlapped in time.
+  tokens than its output allows, or more than the bound permits.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from specgauge.config import SpeculativeConfig
-from specgauge.drafters.base import ReplayTrace, ServerReport, drafter_factory, final_bound
+from specgauge.drafters.base import ReplayTrace, drafter_factory, final_bound
 from specgauge.i18n import en
 from specgauge.offline.record_fields import max_model_len_of_server, per_step, speculative_config_of_server, token_ids
-from specgauge.offline.replay import MethodReplay, MethodSpec
-from specgauge.offline.schedule import schedule_of, schedule_traces, scheduled_requests
+from specgauge.offline.live import LiveReplayer, LiveReplayError, replay_run
 from specgauge.records import RequestRecord
 from specgauge.stats.collapse import AcceptanceProfile, CollapseCriteria, Row, profile
 
@@ -157,59 +151,9 @@ def judge_request(rid: str, t: ReplayTrace, n_out: int, server: Counts | None,
     return row
 
 
-def _overlapping(records: Sequence[RequestRecord]) -> bool:
-    spans = sorted((r.sent_s, r.sent_s + r.elapsed_s) for r in records)
-    return any(b0 < a1 for (_, a1), (b0, _) in pairwise(spans))
-
-
-class _Replayer:
-    """The run's drafter, through the one offline replay (``specgauge.offline``): a stateful cache
-    (suffix) is shared across requests, fed in send order; the server's final-step count goes to a
-    drafter whose replay takes it (suffix learns the tokens past the cut with it)."""
-
-    def __init__(self, spec: SpeculativeConfig, max_model_len: int | None) -> None:
-        self.method, self.k = str(spec.method), int(spec.num_speculative_tokens or 0)
-        mspec = MethodSpec.from_config(spec)
-        context = {"max_model_len": max_model_len, "track_unknown_tails": True}
-        self.options = mspec.drafter_options(self.k, **context)
-        self.replayer = MethodReplay(mspec, [self.k], where="", **context)
-
-    def trace(self, rid: str, prompt: list[int], out: list[int], steps: list[tuple[int, int]] | None) -> ReplayTrace:
-        server = ServerReport(final_accepted=steps[-1][1]) if steps else None
-        return self.replayer.traces(rid, "", prompt, out, server=server)[self.k]
-
-
 def replayable(method: str | None) -> bool:
     """A registered drafter whose proposal is a deterministic function of the history (the replay theorem)."""
     return method is not None and bool(getattr(drafter_factory(method), "deterministic", False))
-
-
-def _suffix_state(res: ReplayCheck, rep: _Replayer, ok: Sequence[RequestRecord], warmups: Sequence[dict[str, Any]],
-                  max_model_len: int | None) -> tuple[dict[str, ReplayTrace] | None, bool]:
-    """How the suffix cache is replayed: in the engine's own order when the records hold every request the
-    server admitted (returns those traces), else request by request after the warm-ups (returns None, and
-    whether the requests overlapped in time, which makes every row uncertain)."""
-    sched, gap = scheduled_requests(ok, warmups)
-    if sched is not None:
-        opts = {n: v for n, v in rep.options.items() if n.startswith("suffix_decoding_")}
-        traces = schedule_traces(sched, opts, rep.k, max_model_len)
-        if traces is not None:
-            res.notes.append(en("rc.n.engine_order", n=len(sched)))
-            return {r.id: traces[sc[1]] for r in ok if (sc := schedule_of(r.extra)) is not None}, False
-    for w in warmups:  # what the cache learned before the run, in the order they were sent
-        ids = token_ids(w) if w.get("ok") else None
-        if ids is not None:
-            rep.trace(str(w.get("id")), ids[0], ids[1], per_step(w))
-        elif w.get("ok") is not None:
-            res.notes.append(en("rc.n.warmup_no_ids", id=w.get("id")))
-    unknown_before = False
-    if gap is not None and gap.missing:  # the cache saw requests these records lack
-        unknown_before = True
-        res.notes.append(en("rc.n.uncertain_why", why=gap.why))
-    if _overlapping(ok):
-        res.notes.append(en("rc.n.overlap"))
-        return None, True
-    return None, unknown_before
 
 
 def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[str, Any] | None, config_source: str,
@@ -234,25 +178,21 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
     if not with_ids:
         return unavailable(en("rc.r.no_ids"), **base)
     try:
-        rep = _Replayer(cfg, max_model_len)
+        rep = LiveReplayer(cfg, max_model_len)
     except (ValueError, TypeError, OSError, ImportError) as e:
         return unavailable(en("rc.r.no_drafter", method=cfg.method, error=e), **base)
     res = ReplayCheck(available=True, **base)
     if len(with_ids) < len(ok):
         res.notes.append(en("rc.n.no_ids", n=len(ok) - len(with_ids)))
-    scheduled, overlap = _suffix_state(res, rep, [r for r, _ in with_ids], warmups, max_model_len) \
-        if cfg.method == "suffix" else (None, False)
+    try:
+        live = replay_run(rep, with_ids, warmups, max_model_len)
+    except LiveReplayError as e:  # e.g. ids outside the draft model's vocabulary
+        return unavailable(en("rc.r.failed", id=e.rid, method=cfg.method, error=e.cause), **base)
+    res.notes += live.notes
     rows: list[Row] = []
     for rec, (prompt, out) in with_ids:
         steps = _per_step(rec)
-        try:
-            t = scheduled[rec.id] if scheduled is not None else rep.trace(rec.id, prompt, out, steps)
-        except (ValueError, IndexError, RuntimeError) as e:  # e.g. ids outside the draft model's vocabulary
-            return unavailable(en("rc.r.failed", id=rec.id, method=cfg.method, error=e), **base)
-        unc: int | None = None
-        if cfg.method == "suffix" and scheduled is None:
-            fu = getattr(t, "first_uncertain", None)
-            unc = 0 if overlap else (None if fu is None else int((t.drafted[:fu] > 0).sum()))
+        t, unc = live.traces[rec.id], live.uncertain_from[rec.id]
         s = rec.spec
         server = None if s is None or s.draft_tokens is None or s.accepted_tokens is None else Counts(
             drafts=s.drafts or 0, draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens)
