@@ -210,7 +210,7 @@ class StepTable:
     def concat(cls, tables: Sequence[StepTable]) -> StepTable:
         if not tables:
             z = np.zeros(0)
-            return cls(z, z, z, z, z, z)
+            return cls(batch=z, drafted_sum=z, drafted_max=z, context=z, prefill_tokens=z, prefill_reqs=z)
         emitted = np.concatenate([t.batch if t.emitted is None else t.emitted for t in tables])
         opt = {f: np.concatenate([t._col(f) for t in tables]) for f in ("sampled", "sampled_verify", "sampled_drafted")}
         return cls(*(np.concatenate([getattr(t, f) for t in tables]) for f in

@@ -154,7 +154,8 @@ def observe(rd: RunData, rec: RequestRecord, trace: PlannedRequest | None, t_ref
     s = len(grid) - 1
 
     def obs(drafted: np.ndarray, exact: bool) -> RequestObs:
-        return RequestObs(rec, times, grid, gtok, rec.prompt_tokens or 0, drafted, exact, merged, first_merged)
+        return RequestObs(rec=rec, times=times, grid=grid, grid_tokens=gtok, prompt=rec.prompt_tokens or 0, drafted=drafted,
+                          drafted_exact=exact, merged=merged, first_merged=first_merged)
 
     if rd.method is None:
         return obs(np.zeros(s), True), "none"

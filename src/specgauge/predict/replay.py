@@ -117,7 +117,8 @@ class WorkloadReplay:
 
     @staticmethod
     def _planned(r: LoggedRequest, tr: ReplayTrace) -> PlannedRequest:
-        return PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), tr.drafted, tr.accepted, r.greedy)
+        return PlannedRequest(id=r.id, prompt_tokens=len(r.prompt_ids), output_tokens=len(r.output_ids), drafted=tr.drafted,
+                              accepted=tr.accepted, greedy=r.greedy)
 
     def planned(self, spec: dict[str, Any] | None, prior: Sequence[int] = (), sampled_repeat: bool = False) -> list[PlannedRequest]:
         """Traces of the planned requests under ``spec``. ``prior``: indices of planned requests the
@@ -140,7 +141,8 @@ class WorkloadReplay:
             out: list[PlannedRequest] = []
             for r in self.requests:
                 z = np.zeros(max(0, len(r.output_ids) - 1), dtype=np.int64)
-                out.append(PlannedRequest(r.id, len(r.prompt_ids), len(r.output_ids), z, z, r.greedy))
+                out.append(PlannedRequest(id=r.id, prompt_tokens=len(r.prompt_ids), output_tokens=len(r.output_ids),
+                                          drafted=z, accepted=z, greedy=r.greedy))
             return out
         assert cfg is not None
         mspec = MethodSpec.from_config(cfg, method)
@@ -293,7 +295,8 @@ class WorkloadReplay:
             if not isinstance(prompt, list) or not isinstance(out, list) or not out:
                 return None
             tr = mr.traces(rec.id, "the bench record", prompt, out)[k]
-            return PlannedRequest(rec.id, len(prompt), len(out), tr.drafted, tr.accepted, greedy.get(rec.id, True))
+            return PlannedRequest(id=rec.id, prompt_tokens=len(prompt), output_tokens=len(out), drafted=tr.drafted,
+                                  accepted=tr.accepted, greedy=greedy.get(rec.id, True))
 
         return one
 

@@ -65,9 +65,10 @@ class _Timeline:
 
     @classmethod
     def of(cls, obs: list[RequestObs], t_ref: float) -> _Timeline:
-        return cls(obs, np.asarray([o.grid[0] for o in obs]), np.asarray([o.grid[-1] for o in obs]),
-                   np.asarray([o.rec.started_at - t_ref for o in obs]), np.sort(np.concatenate([o.times for o in obs])),
-                   [np.concatenate([[0], np.cumsum(o.grid_tokens)]) for o in obs])
+        return cls(obs=obs, starts=np.asarray([o.grid[0] for o in obs]), ends=np.asarray([o.grid[-1] for o in obs]),
+                   sents=np.asarray([o.rec.started_at - t_ref for o in obs]),
+                   all_times=np.sort(np.concatenate([o.times for o in obs])),
+                   cum=[np.concatenate([[0], np.cumsum(o.grid_tokens)]) for o in obs])
 
 
 def build_rows(rd: RunData, traces: Mapping[str, PlannedRequest] | None = None, sampled: Set[str] = frozenset(),

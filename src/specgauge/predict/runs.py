@@ -75,4 +75,4 @@ def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
     mb = (run.get("calibration") or {}).get("max_batch")
     # a sweep's "c4" (or a paired run's "c4-r1…") says nothing without its config's directory
     name = f"{run_dir.parent.name}/{run_dir.name}" if re.match(r"c\d+(-|$)", run_dir.name) else run_dir.name
-    return RunData(name, cell, method, k, records, run, int(mb) if mb else None)
+    return RunData(name=name, cell=cell, method=method, k=k, records=records, run=run, max_batch=int(mb) if mb else None)
