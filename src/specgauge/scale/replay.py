@@ -176,14 +176,7 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
 
     data_context(preserve_order=True, cpu_limit=rcfg.cpu_limit, max_block_bytes=rcfg.block_tokens * 5)  # int32 ids + a little
     cfg_json = cfg.model_dump_json()
-    outputs = [str(p) for p, kd in kinds.items() if kd == "batch-output"]
-    files = [{"file_index": i, "path": str(p), "kind": kd} for i, (p, kd) in enumerate(kinds.items()) if kd != "batch-output"]
-    records = (
-        ray.data.from_items(files, override_num_blocks=len(files))
-        .map_batches(T.read_files, batch_size=1, batch_format="pyarrow", zero_copy_batch=True,
-                     fn_kwargs={"cfg_json": cfg_json, "batch_outputs": outputs, "block_tokens": rcfg.block_tokens})
-        .materialize()
-    )
+    records, n_files = _read_records(ray, cfg_json, kinds, rcfg.block_tokens)
     blocks = records.to_arrow_refs()
 
     per_request = [i for i, s in enumerate(specs) if not is_stateful(s.kind)]
@@ -208,18 +201,7 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
     stream_first = 0 < len(calls) < cpus
     free = max(1, int(cpus) - len(calls)) if stream_first else max(1, int(cpus))
     pool = max(1, min(free, len(blocks)))
-    gpus = _gpus_for(cfg, ray) if wants_model else 0
-    if wants_model:
-        rows_ds = records.map_batches(T.PerRequestReplay, batch_size=None, batch_format="pyarrow",
-                                      compute=ray.data.ActorPoolStrategy(size=gpus or pool),
-                                      fn_constructor_kwargs={"cfg_json": cfg_json, "midxs": per_request},
-                                      **({"num_gpus": 1} if gpus else {}))
-        stage = (f"actor pool of {gpus}, one per GPU (a hidden-state head's target loaded once per actor)" if gpus
-                 else f"actor pool of {pool} (draft model loaded once per actor)")
-    else:
-        rows_ds = records.map_batches(T.per_request_replay, batch_size=None, batch_format="pyarrow",
-                                      fn_kwargs={"cfg_json": cfg_json, "midxs": per_request})
-        stage = "stateless tasks"
+    rows_ds, stage = _per_request_stage(ray, records, cfg, cfg_json, per_request, pool, wants_model)
     if not stream_first:
         rows_ds = rows_ds.materialize()  # per-request rows done (actors released) before the stream tasks start
     stream_task = ray.remote(num_returns="streaming", num_cpus=1)(T.replay_streams)
@@ -243,12 +225,49 @@ def _run(cfg: SimulateConfig, tok: Tokenizer, rcfg: RayReplayConfig, specs: list
         raise WorkloadError(where, "no valid requests" + (f" ({skipped} skipped as invalid)" if skipped else ""))
     if cfg.partition_by:
         tally.notes.append(stream_note(cfg.partition_by, specs))
-    report = RayReplayReport(cluster=cluster, files=len(files), record_blocks=len(blocks), per_request_stage=stage,
+    report = RayReplayReport(cluster=cluster, files=n_files, record_blocks=len(blocks), per_request_stage=stage,
                              stream_tasks=len(gens), split_streams=rcfg.split_streams)
     _explain(report, tally, cfg, rcfg, labels, ordered, checks, split_rows, window)
     result = tally.result()  # ``exact`` keeps its meaning (token ids, not text); a split says APPROXIMATE in its notes
     report.seconds = time.perf_counter() - t0
     return result, report
+
+
+def _read_records(ray: Any, cfg_json: str, kinds: dict[Path, str], block_tokens: int) -> tuple[Any, int]:
+    """Every workload file read into record blocks by Ray Data, in workload order (a Batch API output file
+    is read beside its input file, not as a file of its own): the dataset, materialized, and the files read."""
+    from specgauge.scale import replay_tasks as T
+
+    outputs = [str(p) for p, kd in kinds.items() if kd == "batch-output"]
+    files = [{"file_index": i, "path": str(p), "kind": kd} for i, (p, kd) in enumerate(kinds.items()) if kd != "batch-output"]
+    records = (
+        ray.data.from_items(files, override_num_blocks=len(files))
+        .map_batches(T.read_files, batch_size=1, batch_format="pyarrow", zero_copy_batch=True,
+                     fn_kwargs={"cfg_json": cfg_json, "batch_outputs": outputs, "block_tokens": block_tokens})
+        .materialize()
+    )
+    return records, len(files)
+
+
+def _per_request_stage(ray: Any, records: Any, cfg: SimulateConfig, cfg_json: str, per_request: list[int], pool: int,
+                       wants_model: bool) -> tuple[Any, str]:
+    """The per-request methods over the record blocks (not started yet): stateless tasks, or an actor pool
+    when a method loads weights (one actor per GPU for a hidden-state head on a GPU cluster); and its
+    description for the report."""
+    from specgauge.scale import replay_tasks as T
+
+    if not wants_model:
+        rows_ds = records.map_batches(T.per_request_replay, batch_size=None, batch_format="pyarrow",
+                                      fn_kwargs={"cfg_json": cfg_json, "midxs": per_request})
+        return rows_ds, "stateless tasks"
+    gpus = _gpus_for(cfg, ray)
+    rows_ds = records.map_batches(T.PerRequestReplay, batch_size=None, batch_format="pyarrow",
+                                  compute=ray.data.ActorPoolStrategy(size=gpus or pool),
+                                  fn_constructor_kwargs={"cfg_json": cfg_json, "midxs": per_request},
+                                  **({"num_gpus": 1} if gpus else {}))
+    stage = (f"actor pool of {gpus}, one per GPU (a hidden-state head's target loaded once per actor)" if gpus
+             else f"actor pool of {pool} (draft model loaded once per actor)")
+    return rows_ds, stage
 
 
 def _explain(report: RayReplayReport, tally: ReplayTally, cfg: SimulateConfig, rcfg: RayReplayConfig, labels: list[str],
