@@ -173,6 +173,10 @@ def test_the_target_is_found_or_the_error_names_where_to_give_it(head_dir: Path,
     shutil.copytree(target_dir, tmp_path / "heads" / "my-target")
     (mine / "config.json").write_text(json.dumps({**cfg, "speculators_config": {"verifier": {"name_or_path": "my-target"}}}))
     assert resolve_target(mine, None, default_target=tmp_path)[0] == (tmp_path / "heads" / "my-target").resolve()
+    (mine / "config.json").write_text("{not json")  # the one config reader says where and why
+    with pytest.raises(ValueError, match=re.escape(str(mine / "config.json")) + ": not JSON"):
+        resolve_target(mine, None)
+    (mine / "config.json").write_text(json.dumps({**cfg, "speculators_config": {"verifier": {"name_or_path": "my-target"}}}))
     assert make_drafter(kind, model=str(mine)).target.vocab_size == V  # the verifier named by the config
     other = make_tiny_model(tmp_path / "other", vocab_size=V + 4, hidden=32, layers=4, seed=1)
     with pytest.raises(ValueError, match=f"vocab_size {V} but the target has {V + 4} \\(target {re.escape(str(other))}: given"):

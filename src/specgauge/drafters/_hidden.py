@@ -6,19 +6,9 @@ sequence before a replay."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
-
-
-def _named_target(cfg: dict[str, Any]) -> str | None:
-    """What a head's config names its target by: ``target_model`` (the shipped heads), else a
-    ``speculators``-format checkpoint's ``speculators_config.verifier.name_or_path``."""
-    sc = cfg.get("speculators_config")
-    verifier = sc.get("verifier") if isinstance(sc, dict) else None
-    hint = cfg.get("target_model") or (verifier.get("name_or_path") if isinstance(verifier, dict) else None)
-    return str(hint) if hint else None
 
 
 def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[str | Path, str]:
@@ -30,9 +20,10 @@ def resolve_target(head_dir: Path, target: str | Path | None, default_target: st
     says so."""
     if target is not None:
         return target, "given (simulate: --target-model)"
-    cfg_path = head_dir / "config.json"
-    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
-    hint = _named_target(cfg)
+    from specgauge.drafters.heads.config import named_target, read_config_json
+
+    cfg = read_config_json(head_dir) if (head_dir / "config.json").is_file() else {}
+    hint = named_target(cfg)
     if hint:
         cand = Path(hint) if Path(hint).is_absolute() else head_dir.parent / hint
         if cand.is_dir():

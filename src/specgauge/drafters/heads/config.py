@@ -125,11 +125,17 @@ def read_config_json(head_dir: Path) -> dict[str, Any]:
     return cfg
 
 
-def flatten(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], bool, str | None]:
-    """(the flat view, nested?, the named target) of a config.json, as vLLM reads it."""
+def named_target(cfg: Mapping[str, Any]) -> str | None:
+    """What a head's config names its target by: ``target_model`` (the shipped heads), else a
+    ``speculators``-format checkpoint's ``speculators_config.verifier.name_or_path``."""
     sc = cfg.get("speculators_config")
     verifier = sc.get("verifier") if isinstance(sc, dict) else None
     hint = cfg.get("target_model") or (verifier.get("name_or_path") if isinstance(verifier, dict) else None)
+    return str(hint) if hint else None
+
+
+def flatten(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], bool, str | None]:
+    """(the flat view, nested?, the named target) of a config.json, as vLLM reads it."""
     stype = cfg.get("speculators_model_type")
     if stype is None and "transformer_layer_config" not in cfg:
         flat = dict(cfg)
@@ -149,7 +155,7 @@ def flatten(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], bool, str 
     for sub in ("eagle_config", "dflash_config"):
         if isinstance(flat.get(sub), dict):
             flat = {**flat, **flat[sub]}
-    return flat, nested, str(hint) if hint else None
+    return flat, nested, named_target(cfg)
 
 
 def layer_config(flat: Mapping[str, Any], where: str, default_type: str = "llama") -> Any:
@@ -185,5 +191,5 @@ def read_head_config(head_dir: str | Path, formats: Mapping[str, Any], cfg: dict
     return HeadSpec(head_dir, fmt, nested, flat, lc, hint, raw=cfg)
 
 
-__all__ = ["SPECULATORS_TYPES", "HeadLoadError", "HeadSpec", "flatten", "layer_config", "read_config_json",
+__all__ = ["SPECULATORS_TYPES", "HeadLoadError", "HeadSpec", "flatten", "layer_config", "named_target", "read_config_json",
            "read_head_config"]
