@@ -80,6 +80,11 @@ def test_an_mtp_head_reads_the_final_norm_through_the_checkpoint(case: dict) -> 
     for p, o in zip(case["prompts"], case["outs"], strict=True):
         torch.testing.assert_close(b.target_hidden(p + o), a.target_hidden(p + o), rtol=1e-5, atol=1e-5)
         assert (a.accept_runs(p, o, K) == b.accept_runs(p, o, K)).all()
+    # a bf16 dump goes through the target's own norm in bf16 (LlamaRMSNorm's float32 path, then its bf16 weight)
+    import copy
+
+    h = torch.randn(4, t.hidden_size, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert torch.equal(b.target.final_norm(h), copy.deepcopy(t.decoder.norm).to(torch.bfloat16)(h))
 
 
 def test_what_a_dump_cannot_give_is_one_line(case: dict) -> None:  # type: ignore[type-arg]

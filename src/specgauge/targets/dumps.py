@@ -64,7 +64,7 @@ class VllmDumpTarget:
         self.dtype = dtype or torch.float32
         self._index: dict[tuple[int, ...], Path] | None = None
         self._tensors: dict[str, Tensor] = {}
-        self._norm: Any = None
+        self._norms: dict[torch.dtype, Any] = {}  #: the target's final norm module, per input dtype
         side = self.dir / LAYERS_FILE
         self.layer_ids: tuple[int, ...] | None = tuple(json.loads(side.read_text())) if side.is_file() else None
 
@@ -103,17 +103,20 @@ class VllmDumpTarget:
         return self._module_tensor("lm_head")
 
     def final_norm(self, h: Tensor) -> Tensor:
-        if self._norm is None:
+        """The target's own final-norm module (its family's class, the checkpoint's weight) in ``h``'s dtype,
+        as the target runs it: a bf16 dump is normalised the way a bf16 target normalises."""
+        norm = self._norms.get(h.dtype)
+        if norm is None:
             import copy
 
             from specgauge.targets.hf import decoder_of
 
-            norm = copy.deepcopy(decoder_of(self._skeleton()).norm).to_empty(device=self.device)
+            norm = copy.deepcopy(decoder_of(self._skeleton()).norm).to_empty(device=self.device).to(h.dtype)
             with torch.no_grad():
                 norm.weight.copy_(self._module_tensor("norm"))
-            self._norm = norm.float()
+            self._norms[h.dtype] = norm
         with torch.inference_mode():
-            return self._norm(h.float()).to(h.dtype)  # type: ignore[no-any-return]
+            return norm(h)  # type: ignore[no-any-return]
 
     # -- passes ------------------------------------------------------------------------------------
     def _lookup(self, seq: tuple[int, ...]) -> Path:
