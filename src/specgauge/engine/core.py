@@ -137,7 +137,8 @@ class Engine:
                 raise RequestError(f"request id {request_id!r} is already in use")
             self._ids.add(request_id)
             stats = SpecStats(self.k) if self.k else None
-            self._incoming.append(EngineRequest(request_id, prompt, params, make_generator(params.seed), stats, hist=list(prompt)))
+            self._incoming.append(EngineRequest(id=request_id, prompt=prompt, params=params, gen=make_generator(params.seed),
+                                                stats=stats, hist=list(prompt)))
 
     def abort(self, request_id: str) -> None:
         """Drop a request at the next step; its slot is freed then."""

@@ -76,8 +76,8 @@ def expand(rows: Sequence[Rows], shape: str, names: list[str], knee: float | Non
             starts.append(n)
             ys.append(yy)
             n += len(b)
-    return Steps(np.vstack(phis), np.asarray(starts), np.concatenate(batch), np.concatenate(meth), np.asarray(ys),
-                 list(methods))
+    return Steps(phi=np.vstack(phis), start=np.asarray(starts), batch=np.concatenate(batch), method=np.concatenate(meth),
+                 y=np.asarray(ys), methods=list(methods))
 
 
 def _host_index(names: list[str], methods: Sequence[str]) -> list[tuple[int, int]]:
@@ -204,6 +204,58 @@ def _fit_at(rows: Sequence[Rows], shape: str, names: list[str], knee: float | No
     return float(((pred - st.y)[kept] ** 2).sum()), c, st
 
 
+@dataclass
+class _Search:
+    """What every trial of ``extend``'s coordinate search fits on: the rows, the straight line's names,
+    the kept rows and the NNLS."""
+
+    rows: Sequence[Rows]
+    shape: str
+    names: list[str]
+    kept: np.ndarray
+    solve: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+    def knee_step(self, hidden: list[str], cur: dict[str, float], cands: Sequence[float]) -> tuple[float | None, dict[str, float], float]:
+        """The best knee among ``cands`` at the current host costs, kept when it earns its parameter
+        (else none): (knee, coefficients by name, SSR)."""
+        n = len(self.kept)
+        best: tuple[float, float, np.ndarray, list[str]] | None = None
+        kn_names = _names_with(self.names, True, hidden)
+        for kc in cands:
+            ssr, c, _ = _fit_at(self.rows, self.shape, kn_names, kc, hidden, cur, self.kept, self.solve)
+            if c[kn_names.index(KNEE_PARAM)] > 0 and (best is None or ssr < best[0]):
+                best = (ssr, kc, c, kn_names)
+        plain = _names_with(self.names, False, hidden)
+        ssr_nk, c_nk, _ = _fit_at(self.rows, self.shape, plain, None, hidden, cur, self.kept, self.solve)
+        if best is not None and _better(best[0], ssr_nk, n, 2):
+            return best[1], {nm: float(v) for nm, v in zip(best[3], best[2], strict=True)}, best[0]
+        return None, {nm: float(v) for nm, v in zip(plain, c_nk, strict=True)}, ssr_nk
+
+    def host_step(self, knee: float | None, hidden: list[str], m: str,
+                  cur: dict[str, float]) -> tuple[list[str], dict[str, float], float] | None:
+        """Method ``m``'s host proposer overlapping the step, at ``knee``: searched on a grid of the steps'
+        own cost per request (``search_host``) and kept when it earns its parameters; (hidden methods,
+        coefficients by name, SSR), None when ``m`` has no steps."""
+        n = len(self.kept)
+        others = [h for h in hidden if h != m]
+        without = _names_with(self.names, knee is not None, others)
+        ssr_wo, c_wo, _ = _fit_at(self.rows, self.shape, without, knee, others, cur, self.kept, self.solve)
+        trial = _names_with(self.names, knee is not None, [*others, m])
+        st = expand(self.rows, self.shape, trial, knee, [*others, m])
+        hidx = _host_index(trial, [*others, m])
+        start = np.asarray([cur.get(nm, 0.0) for nm in trial])
+        lin = st.phi @ start
+        on = (st.method == len(others)) & (st.batch > 0)
+        if not on.any():
+            return None
+        per_req = lin[on] / st.batch[on]
+        grid = np.unique(np.concatenate([[0.0], np.quantile(per_req, [0.3, 0.6, 0.8, 0.9, 1.0]) * [1, 1, 1, 1, 1.2]]))
+        ssr, th = search_host(st, start, hidx, len(others), self.kept, self.solve, grid)
+        if th[hidx[-1][0]] > 0 and _better(ssr, ssr_wo, n, 2):
+            return [*others, m], {nm: float(v) for nm, v in zip(trial, th, strict=True)}, ssr
+        return others, {nm: float(v) for nm, v in zip(without, c_wo, strict=True)}, ssr_wo
+
+
 def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
            solve: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], keep: np.ndarray) -> Extension | None:
     """The law with a knee and/or overlapping host proposers, when the kept rows ask for them (None: the
@@ -216,49 +268,18 @@ def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
     base = expand(rows, shape, names, None, [])
     X0 = base.sums(base.phi)
     ssr0 = float(((X0[kept] @ coef - base.y[kept]) ** 2).sum())
+    search = _Search(rows=rows, shape=shape, names=names, kept=kept, solve=solve)
     knee: float | None = None
     hidden: list[str] = []
     cur = {nm: float(v) for nm, v in zip(names, coef, strict=True)}
     cur_ssr = ssr0
     cands = knee_candidates(rows, shape)
     for _ in range(2):
-        # the knee, at the current host costs
-        best: tuple[float, float, np.ndarray, list[str]] | None = None
-        kn_names = _names_with(names, True, hidden)
-        for kc in cands:
-            ssr, c, _ = _fit_at(rows, shape, kn_names, kc, hidden, cur, kept, solve)
-            if c[kn_names.index(KNEE_PARAM)] > 0 and (best is None or ssr < best[0]):
-                best = (ssr, kc, c, kn_names)
-        plain = _names_with(names, False, hidden)
-        ssr_nk, c_nk, _ = _fit_at(rows, shape, plain, None, hidden, cur, kept, solve)
-        if best is not None and _better(best[0], ssr_nk, n, 2):
-            knee, cur_ssr = best[1], best[0]
-            cur = {nm: float(v) for nm, v in zip(best[3], best[2], strict=True)}
-        else:
-            knee, cur_ssr = None, ssr_nk
-            cur = {nm: float(v) for nm, v in zip(plain, c_nk, strict=True)}
-        # each model-free method's host proposer, at that knee
+        knee, cur, cur_ssr = search.knee_step(hidden, cur, cands)
         for m in methods:
-            others = [h for h in hidden if h != m]
-            without = _names_with(names, knee is not None, others)
-            ssr_wo, c_wo, _ = _fit_at(rows, shape, without, knee, others, cur, kept, solve)
-            trial = _names_with(names, knee is not None, [*others, m])
-            st = expand(rows, shape, trial, knee, [*others, m])
-            hidx = _host_index(trial, [*others, m])
-            start = np.asarray([cur.get(nm, 0.0) for nm in trial])
-            lin = st.phi @ start
-            on = (st.method == len(others)) & (st.batch > 0)
-            if not on.any():
-                continue
-            per_req = lin[on] / st.batch[on]
-            grid = np.unique(np.concatenate([[0.0], np.quantile(per_req, [0.3, 0.6, 0.8, 0.9, 1.0]) * [1, 1, 1, 1, 1.2]]))
-            ssr, th = search_host(st, start, hidx, len(others), kept, solve, grid)
-            if th[hidx[-1][0]] > 0 and _better(ssr, ssr_wo, n, 2):
-                hidden = [*others, m]
-                cur, cur_ssr = {nm: float(v) for nm, v in zip(trial, th, strict=True)}, ssr
-            else:
-                hidden = others
-                cur, cur_ssr = {nm: float(v) for nm, v in zip(without, c_wo, strict=True)}, ssr_wo
+            step = search.host_step(knee, hidden, m, cur)
+            if step is not None:
+                hidden, cur, cur_ssr = step
     if knee is None and not hidden:
         return None
     final = _names_with(names, knee is not None, hidden)
@@ -281,5 +302,5 @@ def extend(rows: Sequence[Rows], shape: str, names: list[str], coef: np.ndarray,
     def predict(c: np.ndarray) -> np.ndarray:
         return predict_rows(st, c, hidx)[0]
 
-    return Extension(final, coef_f, knee, hidden, notes, refit, predict)
+    return Extension(names=final, coef=coef_f, knee=knee, hidden=hidden, notes=notes, refit=refit, predict=predict)
 
