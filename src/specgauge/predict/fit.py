@@ -22,6 +22,7 @@ The typed intermediates (``Calibration``, ``ShapeFit``, ``FinalFit``) carry what
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,8 @@ def _workload_of(runs: Sequence[RunData], dirs: Sequence[Path]) -> list[Path] | 
 
 
 def expand_run_dirs(paths: Sequence[Path]) -> tuple[list[Path], dict[str, CellSpec]]:
-    """Bench output directories, with a sweep directory (``sweep.json``) standing for its finished cells."""
+    """Bench output directories, with a sweep directory (``sweep.json``) standing for its finished cells and a
+    bench run over a list of concurrencies for its ``c1``, ``c4``, … sub-directories."""
     dirs: list[Path] = []
     cells: dict[str, CellSpec] = {}
     for p in map(Path, paths):
@@ -111,9 +113,17 @@ def expand_run_dirs(paths: Sequence[Path]) -> tuple[list[Path], dict[str, CellSp
                     dirs.append(d)
                     cells[str(d)] = CellSpec(label=c["label"], speculative_config=c.get("speculative_config"),
                                              concurrency=int(c["concurrency"]))
+        elif not (p / "results.jsonl").exists() and (per_c := _concurrency_dirs(p)):
+            dirs += per_c  # bench --max-concurrency 1,4: one sub-directory per value
         else:
             dirs.append(p)
     return dirs, cells
+
+
+def _concurrency_dirs(p: Path) -> list[Path]:
+    """``c1``, ``c4``, … of a bench run over a list of concurrencies, in concurrency order."""
+    found = [d for d in p.glob("c*") if re.fullmatch(r"c\d+", d.name) and (d / "results.jsonl").is_file()]
+    return sorted(found, key=lambda d: int(d.name[1:]))
 
 
 def fit_profile(

@@ -40,6 +40,29 @@ class RunData:
     max_batch: int | None = None
 
 
+def _cell_from_run(run_dir: Path, run: dict[str, Any]) -> CellSpec:
+    """A plain bench run's cell: its closed-loop concurrency and the speculative config bench was told
+    (``--speculative-config``); a server that speculated without saying how is refused, saying what to add."""
+    cfg = run.get("config") or {}
+    conc = cfg.get("max_concurrency")
+    if not conc:
+        raise ProfileError(f"{run_dir}: no {CELL_FILE} and no max_concurrency in run.json; "
+                           "a calibration run must be a closed-loop bench (--max-concurrency)")
+    spec = cfg.get("speculative_config")
+    if spec:
+        method, k, _ = resolve_spec(spec)
+        return CellSpec(label=f"{method}-k{k}", speculative_config=spec, concurrency=int(conc))
+    inferred = (run.get("server") or {}).get("speculative_config_inferred")
+    if inferred:
+        raise ProfileError(
+            f"{run_dir}: the server speculated (k={inferred.get('num_speculative_tokens')}) but the run does not say "
+            "with which method: bench it again with --speculative-config '<the JSON the server runs with>', or put "
+            f"a {CELL_FILE} beside results.jsonl: "
+            '{"label": "ngram-k4", "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}, '
+            f'"concurrency": {int(conc)}}}')
+    return CellSpec(label="off", speculative_config=None, concurrency=int(conc))
+
+
 def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
     run_dir = Path(run_dir)
     if not (run_dir / "results.jsonl").is_file():
@@ -62,15 +85,7 @@ def load_run(run_dir: Path, cell: CellSpec | None = None) -> RunData:
             except ValueError as e:
                 raise ProfileError(f"{cp}: not a cell description ({str(e).splitlines()[0]})") from None
         else:
-            conc = (run.get("config") or {}).get("max_concurrency")
-            if not conc:
-                raise ProfileError(f"{run_dir}: no {CELL_FILE} and no max_concurrency in run.json; "
-                                   "a calibration run must be a closed-loop bench (--max-concurrency)")
-            inferred = (run.get("server") or {}).get("speculative_config_inferred")
-            if inferred:
-                raise ProfileError(f"{run_dir}: the server speculated (k={inferred.get('num_speculative_tokens')}) but "
-                                   f"no {CELL_FILE} says with which method; write one (specgauge.predict.write_cell)")
-            cell = CellSpec(label="off", speculative_config=None, concurrency=int(conc))
+            cell = _cell_from_run(run_dir, run)
     method, k, _ = resolve_spec(cell.speculative_config)
     mb = (run.get("calibration") or {}).get("max_batch")
     # a sweep's "c4" (or a paired run's "c4-r1…") says nothing without its config's directory
