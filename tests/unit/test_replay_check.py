@@ -103,6 +103,7 @@ def test_other_draft_counts_are_a_gap() -> None:
     ({"method": "eagle", "model": "x", "num_speculative_tokens": 3}, True, "hidden states"),
     ({"model": "/no/such/draft", "num_speculative_tokens": 3}, True, "not a directory"),
     (NGRAM, False, "no token ids"),
+    ({**NGRAM, "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.0}, True, "set rate"),
 ])
 def test_says_why_it_cannot_check(spec: dict | None, ids: bool, why: str) -> None:
     r = check_run([_rec(0, *_workload()[0], ids=ids)], spec, "t")

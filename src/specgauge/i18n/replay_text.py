@@ -33,6 +33,8 @@ STORED: Entries = {
     "rc.r.bad_config": {"en": "speculative config ({source}) not understood: {error}", "ko": "추측 디코딩 설정({source})을 이해하지 못함: {error}"},
     "rc.r.hidden": {"en": "method {method} drafts from the target's hidden states or by sampling: no replay from outputs alone",
                     "ko": "방법 {method}는 대상 모델의 은닉 상태나 샘플링으로 드래프트함: 출력만으로는 재생할 수 없음"},
+    "rc.r.synthetic": {"en": "the server accepts drafts at a set rate (rejection_sample_method: synthetic): its acceptance measures the cost side, not the drafter; nothing to check against the replay",
+                       "ko": "서버가 정해진 비율로 드래프트를 수락함 (rejection_sample_method: synthetic): 수락률은 드래프터가 아니라 비용 쪽을 잼; 재생과 비교할 것이 없음"},
     "rc.r.no_draft_dir": {"en": "the draft model {model} is not a directory here: copy it here to replay it",
                           "ko": "드래프트 모델 {model}이(가) 여기의 디렉터리가 아님: 재생하려면 여기로 복사할 것"},
     "rc.r.no_ids": {"en": "the server returned no token ids (vLLM >= 0.10.2 returns them for return_token_ids; the embedded server does): nothing to replay",

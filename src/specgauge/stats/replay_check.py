@@ -171,6 +171,8 @@ def check_run(records: Sequence[RequestRecord], spec: SpeculativeConfig | dict[s
     base = {"method": cfg.method, "k": cfg.num_speculative_tokens, "config_source": config_source}
     if not replayable(cfg.method):
         return unavailable(en("rc.r.hidden", method=repr(cfg.method)), **base)
+    if cfg.rejection_sample_method == "synthetic":  # calibrate --synthetic-acceptance: no drafter to hold to
+        return unavailable(en("rc.r.synthetic"), **base)
     if cfg.method == "draft_model" and not (cfg.model and Path(cfg.model).is_dir()):
         return unavailable(en("rc.r.no_draft_dir", model=repr(cfg.model)), **base)
     ok = sorted((r for r in records if r.ok), key=lambda r: (r.sent_s, r.index))
