@@ -36,10 +36,8 @@ class Dist:
         return self.percentiles.get(p, math.nan)
 
     def scaled(self, k: float) -> Dist:
-        return Dist(
-            self.n, self.mean * k, self.median * k, self.std * k, self.max * k,
-            {p: v * k for p, v in self.percentiles.items()}, self.reason,
-        )
+        return Dist(n=self.n, mean=self.mean * k, median=self.median * k, std=self.std * k, max=self.max * k,
+                    percentiles={p: v * k for p, v in self.percentiles.items()}, reason=self.reason)
 
     def to_json(self, unit: str = "") -> dict[str, Any]:
         sfx = f"_{unit}" if unit else ""
@@ -61,14 +59,8 @@ def describe(values: Iterable[float], percentiles: Sequence[float] = DEFAULT_PER
     arr = np.fromiter(values, dtype=float)
     if arr.size == 0:
         nan = math.nan
-        return Dist(0, nan, nan, nan, nan, {p: nan for p in percentiles}, empty_reason)
+        return Dist(n=0, mean=nan, median=nan, std=nan, max=nan, percentiles={p: nan for p in percentiles},
+                    reason=empty_reason)
     ps = np.percentile(arr, list(percentiles)) if percentiles else []
-    return Dist(
-        int(arr.size),
-        float(arr.mean()),
-        float(np.median(arr)),
-        float(arr.std()),
-        float(arr.max()),
-        {p: float(v) for p, v in zip(percentiles, ps)},
-        None,
-    )
+    return Dist(n=int(arr.size), mean=float(arr.mean()), median=float(np.median(arr)), std=float(arr.std()),
+                max=float(arr.max()), percentiles={p: float(v) for p, v in zip(percentiles, ps)}, reason=None)

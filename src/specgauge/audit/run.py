@@ -157,7 +157,8 @@ async def _collect(cfg: AuditConfig, prompts: list[AuditPrompt], store: SampleSt
                    say: Progress) -> dict[str, ServerInfo]:
     limits = aiohttp.TCPConnector(limit=max(cfg.concurrency, cfg.mixed_concurrency) * 2)
     async with aiohttp.ClientSession(connector=limits) as session:
-        clients = {side: SideClient(side, urls[side], session, cfg.api_key, cfg.model, cfg.timeout) for side in SIDES}
+        clients = {side: SideClient(side=side, base_url=urls[side], session=session, api_key=cfg.api_key,
+                                    model=cfg.model, timeout=cfg.timeout) for side in SIDES}
         infos = {side: await c.probe(prompts[0], cfg.samples_per_request) for side, c in clients.items()}
         for i, p in enumerate(prompts):
             for side in SIDES:

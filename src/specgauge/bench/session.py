@@ -50,7 +50,8 @@ class BenchSession:
         async with new_session(cfg.max_concurrency) as http:
             probe = ServerProbe(http, cfg.base_url, self.headers)
             model, dialect = await self._probe(probe)
-            settings = RunnerSettings(cfg.base_url, model, cfg.endpoint, cfg.max_concurrency, cfg.timeout, self.api_key)
+            settings = RunnerSettings(base_url=cfg.base_url, model=model, endpoint=cfg.endpoint,
+                                      max_concurrency=cfg.max_concurrency, timeout=cfg.timeout, api_key=self.api_key)
             if cfg.warmup:
                 await self._warm_up(settings, dialect, http)
             async with AsyncExitStack() as stack:

@@ -188,7 +188,7 @@ def read_head_config(head_dir: str | Path, formats: Mapping[str, Any], cfg: dict
                             f"known: {', '.join(known)}")
     flat = formats[fmt].adjust_fields(flat)
     lc = layer_config(flat, str(head_dir), formats[fmt].default_model_type)
-    return HeadSpec(head_dir, fmt, nested, flat, lc, hint, raw=cfg)
+    return HeadSpec(path=head_dir, format=fmt, nested=nested, fields=flat, layer_config=lc, target_hint=hint, raw=cfg)
 
 
 __all__ = ["SPECULATORS_TYPES", "HeadLoadError", "HeadSpec", "flatten", "layer_config", "named_target", "read_config_json",

@@ -112,9 +112,12 @@ class SuffixDrafter:
         self.extreme = Extreme("low") if bounds else (Extreme(extreme) if extreme is not None else None)
         self._pair: ExtremePair | None = None
         if bounds:
-            high = SuffixDrafter(num_speculative_tokens, suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests,
-                                 suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob, max_model_len,
-                                 self.backend, extreme="high")
+            high = SuffixDrafter(num_speculative_tokens=num_speculative_tokens,
+                                 suffix_decoding_max_tree_depth=suffix_decoding_max_tree_depth,
+                                 suffix_decoding_max_cached_requests=suffix_decoding_max_cached_requests,
+                                 suffix_decoding_max_spec_factor=suffix_decoding_max_spec_factor,
+                                 suffix_decoding_min_token_prob=suffix_decoding_min_token_prob, max_model_len=max_model_len,
+                                 backend=self.backend, extreme="high")
             self._pair = ExtremePair(self, high)
         self._active: dict[str, _Request] = {}
         self._unknown_by_req: dict[str, int] = {}  # cached request -> unknown tokens after its output

@@ -233,8 +233,9 @@ def _fragment(label: str, res: dict[str, Any], rec: dict[str, Any], is_log: bool
         if isinstance(name, str) and name in LEGACY_MESSAGES:
             body = any_value(rec["body"], f"{label}.body") if isinstance(rec.get("body"), dict) else None
             if name == LEGACY_CHOICE:
-                return Fragment(where, label, "choice", key, {"body": body}, meta)
-            return Fragment(where, label, "message", key, {"role": name.split(".")[1], "body": body}, meta)
+                return Fragment(where=where, label=label, kind="choice", key=key, attrs={"body": body}, meta=meta)
+            return Fragment(where=where, label=label, kind="message", key=key,
+                            attrs={"role": name.split(".")[1], "body": body}, meta=meta)
         if name != DETAILS_EVENT:
             return None
     else:
@@ -244,7 +245,7 @@ def _fragment(label: str, res: dict[str, Any], rec: dict[str, Any], is_log: bool
     if not is_model_call(attrs):
         return None
     has_prompt = any(attrs.get(k) is not None for k in _CONTENT_KEYS) or any(k.startswith("gen_ai.prompt.") for k in attrs)
-    return Fragment(where, label, "call" if has_prompt else "bare", key, attrs, meta)
+    return Fragment(where=where, label=label, kind="call" if has_prompt else "bare", key=key, attrs=attrs, meta=meta)
 
 
 def fragments(f: WorkloadFile) -> Iterator[Fragment | WorkloadError]:
