@@ -125,8 +125,9 @@ def replayed_request(item: WorkloadItem, tok: Tokenizer, stream: str = "") -> Re
     if not out:
         return EMPTY_OUTPUT
     req = item.request
-    return ReplayedRequest(req.id, item.source, req.segment, prompt, out, exact,
-                           None if exact else model_match(tok, item.named_model()), req.temperature, stream, calls)
+    return ReplayedRequest(id=req.id, source=item.source, segment=req.segment, prompt_ids=prompt, output_ids=out,
+                           exact=exact, model_match=None if exact else model_match(tok, item.named_model()),
+                           temperature=req.temperature, stream=stream, tool_calls=calls)
 
 
 # ------------------------------------------------------------------------------------------- methods

@@ -144,7 +144,8 @@ def scheduled_requests(records: Iterable[RequestRecord], warmups: Iterable[Mappi
         if ids is None:
             return None, ScheduleGap(en("rc.s.no_ids", id=rid))
         steps = per_step(dict(extra))
-        out.append(ScheduledRequest(rid, ids[0], ids[1], sc[0], sc[1], steps[-1][1] if steps else None))
+        out.append(ScheduledRequest(id=rid, prompt=ids[0], output=ids[1], prefill_step=sc[0], admitted=sc[1],
+                                    final_accepted=steps[-1][1] if steps else None))
     if not out:
         return None, ScheduleGap(en("rc.s.none"))
     adm = sorted(r.admitted for r in out)

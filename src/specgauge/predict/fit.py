@@ -256,7 +256,7 @@ def _fit_shapes(cal: Calibration, shape: str, trim: float, gpu_terms: bool) -> t
     for sh in SHAPES if shape == "auto" else (shape,):
         X, y, w, st = design(cal.rows, sh, cal.names)
         coef, keep = robust_fit(X, y, w, trim)
-        fits[sh] = ShapeFit(X, y, w, st, coef, keep)
+        fits[sh] = ShapeFit(X=X, y=y, w=w, steps=st, coef=coef, keep=keep)
     both = np.logical_and.reduce([f.keep for f in fits.values()])
     for f in fits.values():
         r = (f.y - f.X @ f.coef) * f.w
@@ -334,7 +334,8 @@ def _final_fit(cal: Calibration, f: ShapeFit, shape: str, confidence: float | No
             pred = ext.predict(coef)
         params = ext.params()
         cal.notes += ext.notes
-    return FinalFit(shape, confidence, names, coef, params, keep, pred, refit)
+    return FinalFit(shape=shape, confidence=confidence, names=names, coef=coef, params=params, keep=keep, pred=pred,
+                    refit=refit)
 
 
 def _bootstrap(rows: Sequence[Rows], final: FinalFit, bootstrap: int, seed: int) -> list[list[float]]:

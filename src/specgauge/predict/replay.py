@@ -21,6 +21,7 @@ from specgauge.config import SpeculativeConfig, resolve_spec
 from specgauge.i18n import en
 from specgauge.drafters.base import (
     ReplayTrace,
+    accepted_prefix,
     drafter_factory,
     is_stateful,
     offers_whole_output,
@@ -104,7 +105,8 @@ class WorkloadReplay:
         approx = sum(not r.exact for r in reqs)
         if approx:
             self.notes.append(en("predict.n.approx", n=approx))
-        base = [LoggedRequest(r.id, r.id, r.prompt_ids, r.output_ids, r.exact, r.greedy) for r in reqs]
+        base = [LoggedRequest(id=r.id, base_id=r.id, prompt_ids=r.prompt_ids, output_ids=r.output_ids, exact=r.exact,
+                              greedy=r.greedy) for r in reqs]
         self.requests = plan_cycle(base, num_prompts, lambda b, rid: replace(b, id=rid), lambda b: b.id)
         self._cache: dict[str, list[PlannedRequest]] = {}
         self._pos_cache: dict[str, list[PositionTrace]] = {}
@@ -318,10 +320,7 @@ def _every_position(drafter: Any, rid: str, prompt: list[int], out: list[int], k
     history = list(prompt) + out[:1]
     for pos in range(1, n):
         d = list(drafter.propose(rid, history, k))[:k]
-        a = 0
-        while a < len(d) and pos + a < n and d[a] == out[pos + a]:
-            a += 1
-        drafted[pos], accepted[pos] = len(d), a
+        drafted[pos], accepted[pos] = len(d), accepted_prefix(d, out, pos)
         history.append(out[pos])
     drafter.end(rid, out)
     return PositionTrace(drafted, accepted)

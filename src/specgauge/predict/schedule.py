@@ -162,12 +162,15 @@ def simulate_schedule(
         loop.t += dur
         loop.advance(s, admitted)
         s += 1
-    arr = [np.asarray(v, dtype=np.int64) for v in loop.cols.values()]
-    table = StepTable(*arr[:6], method=method, k=k, emitted=arr[6], sampled=arr[7], sampled_verify=arr[8],
-                      sampled_drafted=arr[9], k_steps=np.asarray(ks, dtype=np.int64) if k_of is not None else None)
     i64 = np.int64
-    return Schedule(table, np.asarray(loop.wake, dtype=i64), np.asarray(loop.send_after, dtype=i64), np.asarray(loop.first, dtype=i64),
-                    np.asarray(loop.last, dtype=i64), np.asarray(loop.out_len, dtype=i64), [r.id for r in reqs])
+    col = {c: np.asarray(v, dtype=i64) for c, v in loop.cols.items()}
+    table = StepTable(batch=col["batch"], drafted_sum=col["dsum"], drafted_max=col["dmax"], context=col["ctx"],
+                      prefill_tokens=col["ptok"], prefill_reqs=col["preq"], method=method, k=k, emitted=col["emit"],
+                      sampled=col["smp"], sampled_verify=col["sver"], sampled_drafted=col["sdr"],
+                      k_steps=np.asarray(ks, dtype=i64) if k_of is not None else None)
+    return Schedule(steps=table, wake=np.asarray(loop.wake, dtype=i64), send_after=np.asarray(loop.send_after, dtype=i64),
+                    first_step=np.asarray(loop.first, dtype=i64), last_step=np.asarray(loop.last, dtype=i64),
+                    output_tokens=np.asarray(loop.out_len, dtype=i64), ids=[r.id for r in reqs])
 
 
 def step_ends(sched: Schedule, durations: np.ndarray, ell: float | np.ndarray) -> np.ndarray:
