@@ -266,7 +266,7 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
                               bootstrap=cfg.bootstrap, seed=cfg.seed, replay=replay)
         nump = cfg.num_prompts
-    proposed = _proposals(cfg, profile, cells, tokenizer)
+    proposed = _proposals(cfg, profile, cells, tokenizer, replay)
     identified: list[ProposedPoint] = []
     if proposed and cfg.identify and not cfg.from_runs:  # one round: run them, fit again with them
         def n_at(c: int) -> int | None:
@@ -283,10 +283,11 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
         dirs = list(keyed.values())
         profile = fit_profile(dirs, workload=cfg.workload, tokenizer=tokenizer, shape=cfg.shape,
                               bootstrap=cfg.bootstrap, seed=cfg.seed)
-        identified, proposed = proposed, _proposals(cfg, profile, cells, tokenizer)
+        identified, proposed = proposed, _proposals(cfg, profile, cells, tokenizer, replay)
     warm = cfg.warmup if not cfg.from_runs else int((load_run(dirs[0]).run.get("config") or {}).get("warmup") or 0)
     if cfg.from_runs or len({nump_of.get(k) for k in keyed}) <= 1:
-        checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs)
+        checks, _ = check_cells(profile, cfg.workload, cells, keyed, nump, tokenizer, warmup=warm, reused_server=not cfg.from_runs,
+                                replay=replay)
     else:  # planned runs: the baseline of each concurrency sent as many requests as the cells beside it
         checks = []
         for n in sorted({v for v in nump_of.values() if v is not None}):
@@ -312,7 +313,15 @@ def plan_live(cfg: CalibrateConfig, embedded: bool) -> list[tuple[CellSpec, int 
         asked = _asked(cfg) or concs
         kmax = cfg.predict_k or max(int((c.speculative_config or {}).get("num_speculative_tokens") or 0) for c, _ in planned)
         forward = cfg.synthetic_forward or default_forward(asked, max(kmax, 1))
-        planned += plan_synthetic([c for c, _ in planned], concs, forward, cfg.synthetic_acceptance, cfg.num_prompts)
+        # the largest asked concurrency too (with its baseline): the steps' cost in the batch — attention over
+        # the batch's context, flat to batch ~16 on an H200 and growing past it, run k times per step by a draft
+        # model — is not read off smaller batches, whatever their tokens per forward (a draft model's k = 8 at
+        # 64 calibrated at 4 and 16 only: +6.8 % on a virtual clock, +2.6 % with these points)
+        top = max(asked)
+        if top not in concs:
+            n_top = None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * top)
+            planned.append((CellSpec(label="off", speculative_config=None, concurrency=top), n_top))
+        planned += plan_synthetic([c for c, _ in planned], sorted({*concs, top}), forward, cfg.synthetic_acceptance, cfg.num_prompts)
     return planned
 
 
@@ -348,9 +357,11 @@ def _run_planned(planned: Sequence[tuple[CellSpec, int | None]], target: Any, cf
     return keyed, nump_of
 
 
-def _proposals(cfg: CalibrateConfig, profile: StepCostProfile, cells: Sequence[CellSpec], tokenizer: Any) -> list[ProposedPoint]:
+def _proposals(cfg: CalibrateConfig, profile: StepCostProfile, cells: Sequence[CellSpec], tokenizer: Any,
+               replay: Any = None) -> list[ProposedPoint]:
     """Each calibrated method (its largest plain k, or ``predict_k``) predicted at the asked concurrencies;
-    the runs that identify the terms those predictions rest on without the calibration having seen them."""
+    the runs that identify the terms those predictions rest on without the calibration having seen them
+    (``replay``: the shared one, used where it is planned for as many requests as a run there sends)."""
     asked = _asked(cfg)
     if not asked:
         return []
@@ -371,7 +382,8 @@ def _proposals(cfg: CalibrateConfig, profile: StepCostProfile, cells: Sequence[C
             spec = {**sp, "num_speculative_tokens": max(cfg.predict_k or 0, int(sp.get("num_speculative_tokens") or 1))}
             here.append(CellSpec(label=config_label(spec), speculative_config=spec, concurrency=c))
         n = None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * c)
-        preds += predict_cells(profile, cfg.workload, here, tokenizer=tokenizer, num_prompts=n)
+        same = replay if replay is not None and n is not None and len(replay.requests) == n else None
+        preds += predict_cells(profile, cfg.workload, here, tokenizer=tokenizer, num_prompts=n, replay=same)
         ask_cells += here
     return propose_points(preds, ask_cells, cfg.synthetic_acceptance)
 

@@ -96,6 +96,15 @@ class GpuSetup:
     concurrencies: tuple[int, ...]
     margin: float
     draft_model: str  #: the ``--method`` text of the shipped draft model
+    #: run the servers on a virtual clock (``testing.virtual_bench``: records synthesised from the step law,
+    #: no HTTP, no sleep — the same verdict on any machine) instead of real scripted servers over HTTP
+    virtual: bool = False
+
+    def virtual_servers(self) -> Any:
+        """Fresh virtual servers of this setup's truth (one per config, kept up across their runs)."""
+        from specgauge.testing.virtual_bench import gpu_servers
+
+        return gpu_servers(self.workload, self.curve, self.costs, self.num_prompts, replays={self.num_prompts: self.replay})
 
     def method_text(self, m: str) -> str:
         return self.draft_model if m == "draft_model" else m
@@ -126,14 +135,14 @@ class GpuRun:
 
 
 def make_setup(out: Path, *, curve: Path, costs: GpuServerCosts, num_prompts: int = 128, max_tokens: int = 32,
-               concurrencies: Sequence[int] = (8, 32, 64), margin: float = MARGIN) -> GpuSetup:
+               concurrencies: Sequence[int] = (8, 32, 64), margin: float = MARGIN, virtual: bool = False) -> GpuSetup:
     """The workload (``num_prompts`` logged sample requests cut to ``max_tokens``), its replay, the server's truth."""
     from specgauge.models import draft_dir
 
     wl = cut_logged(out / "workload.jsonl", num_prompts, max_tokens)
     return GpuSetup(out=out, curve=curve, costs=costs, workload=wl, replay=WorkloadReplay([wl], None, num_prompts),
                     num_prompts=num_prompts, concurrencies=tuple(sorted(concurrencies)), margin=margin,
-                    draft_model=f"draft_model:{draft_dir()}")
+                    draft_model=f"draft_model:{draft_dir()}", virtual=virtual)
 
 
 def calibrate_gpu(s: GpuSetup, methods: Sequence[str], predict_k: int, calibrate_prompts: int, bootstrap: int,
@@ -153,12 +162,16 @@ def calibrate_gpu(s: GpuSetup, methods: Sequence[str], predict_k: int, calibrate
         if spec:
             traces[label] = replay_traces(s.replay, spec, sum(1 for c, _ in order if c.label == label))
     configs = {c.label: c.speculative_config for c, _ in plan}
+    cfg = CalibrateConfig(workload=[s.workload], out_dir=s.out / "calibration", methods=cal_methods, ks=ks,
+                          predict_concurrency=span, predict_k=predict_k, num_prompts=calibrate_prompts, bootstrap=bootstrap,
+                          warmup=0)
+    if s.virtual:  # the same plan, its runs synthesised on a virtual clock, then calibrate --from-runs
+        dirs = s.virtual_servers().grid(s.out / "calibration" / "runs", order)
+        return run_calibration(cfg.model_copy(update={"from_runs": list(dirs.values())}), replay=s.replay)
     with ServerProcess([s.workload], configs, gpu_curve=s.curve, gpu_costs=s.costs, traces=traces,
                        work_dir=s.out / "cal-traces") as sp:
-        return run_calibration(CalibrateConfig(workload=[s.workload], out_dir=s.out / "calibration", methods=cal_methods, ks=ks,
-                                               predict_concurrency=span, predict_k=predict_k, num_prompts=calibrate_prompts,
-                                               bootstrap=bootstrap, target=ServerTarget.from_urls(sp.urls), warmup=0),
-                               replay=s.replay)
+        cfg.target = ServerTarget.from_urls(sp.urls)
+        return run_calibration(cfg, replay=s.replay)
 
 
 def scripted_target(s: GpuSetup, runs: int = 3, configs: Sequence[dict[str, Any]] = ()) -> ServerTarget:
@@ -182,13 +195,30 @@ def scripted_target(s: GpuSetup, runs: int = 3, configs: Sequence[dict[str, Any]
         f"--num-prompts {s.num_prompts} --port {{port}} --speculative-config {{spec}}", health_timeout_s=300)
 
 
-def sweep_gpu(s: GpuSetup, configs: dict[str, dict[str, Any] | None], resume: bool = False, log: Log = print) -> SweepResult:
+@dataclass
+class VirtualGrid:
+    """A sweep on virtual servers: its cells' run directories (what ``measured_rows`` reads of a ``SweepResult``)."""
+
+    out_dir: Path
+    dirs: dict[tuple[str, int], Path]
+    earlier: dict[tuple[str, int], Path] = field(default_factory=dict)  #: the cells of the sweep it adds to
+
+    def cell_dir(self, label: str, concurrency: int) -> Path:
+        return {**self.earlier, **self.dirs}[(label, concurrency)]
+
+
+def sweep_gpu(s: GpuSetup, configs: dict[str, dict[str, Any] | None], resume: Any = False, log: Log = print) -> SweepResult:
     """Bench ``configs`` at the validation concurrencies into ``OUT/sweep`` (``resume``: add them to the
-    cells already there), one scripted server per config, concurrencies ascending as ``sweep`` runs them."""
+    cells already there; on virtual servers, the ``VirtualGrid`` to add to), one scripted server per
+    config, concurrencies ascending as ``sweep`` runs them."""
     cells = [CellSpec(label=lb, speculative_config=sp, concurrency=c) for lb, sp in configs.items() for c in sorted(s.concurrencies)]
     traces = {lb: replay_traces(s.replay, sp, len(s.concurrencies)) for lb, sp in configs.items() if sp}
     log(f"== sweep: {len(cells)} cells ({', '.join(configs)} at {', '.join(map(str, sorted(s.concurrencies)))}), "
-        f"{s.num_prompts} prompts each")
+        f"{s.num_prompts} prompts each" + (" (virtual clock)" if s.virtual else ""))
+    if s.virtual:
+        dirs = s.virtual_servers().grid(s.out / "sweep", [(c, s.num_prompts) for c in cells])
+        earlier = {**resume.earlier, **resume.dirs} if isinstance(resume, VirtualGrid) else {}
+        return VirtualGrid(s.out / "sweep", dirs, earlier)  # type: ignore[return-value]
     with ServerProcess([s.workload], configs, gpu_curve=s.curve, gpu_costs=s.costs, traces=traces,
                        work_dir=s.out / f"traces-{len(list((s.out).glob('traces-*')))}") as sp:
         return run_grid(cells, ServerTarget.from_urls(sp.urls), [s.workload], s.out / "sweep", num_prompts=s.num_prompts,
@@ -265,10 +295,10 @@ def run_gpu_check(out: Path, *, curve: Path, scale: float = 2.0, num_prompts: in
                   calibrate_prompts: int = 8, methods: tuple[str, ...] = ("ngram", "suffix", "draft_model"),
                   validate: dict[str, int] | None = None, concurrencies: tuple[int, ...] = (8, 32, 64),
                   predict_k: int = 8, costs: GpuServerCosts | None = None, bootstrap: int = 100,
-                  straight_line: bool = False, margin: float = MARGIN, log: Log = print) -> GpuRun:
-    """The whole check (see the module docstring)."""
+                  straight_line: bool = False, margin: float = MARGIN, virtual: bool = False, log: Log = print) -> GpuRun:
+    """The whole check (see the module docstring); ``virtual``: on a virtual clock (``GpuSetup.virtual``)."""
     s = make_setup(out, curve=curve, costs=costs or GpuServerCosts(scale=scale), num_prompts=num_prompts, max_tokens=max_tokens,
-                   concurrencies=concurrencies, margin=margin)
+                   concurrencies=concurrencies, margin=margin, virtual=virtual)
     wl = s.workload
     t0 = time.monotonic()
     cal = calibrate_gpu(s, methods, predict_k, calibrate_prompts, bootstrap, log)
@@ -368,7 +398,7 @@ def run_schedule_check(run: GpuRun, family: str = "ngram", ks: Sequence[int] = (
     pred = recommend_predicted(preds, configs, s.concurrencies, s.margin)
     log(f"recommend ({family}, k {', '.join(map(str, ks))}, from the calibration alone): {pred.headline}")
     new = {lb: sp for lb, sp in configs.items() if lb not in run.configs}
-    grid = sweep_gpu(s, new, resume=True, log=log) if new else run.sweep
+    grid = sweep_gpu(s, new, resume=run.sweep if s.virtual else True, log=log) if new else run.sweep
     opts: list[Option] = []
     for cell in cells:
         m, lo, hi = measure_cell(grid.cell_dir("off", cell.concurrency), grid.cell_dir(cell.label, cell.concurrency))

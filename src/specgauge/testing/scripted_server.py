@@ -99,6 +99,32 @@ def conditional_rates(unconditional: Sequence[float]) -> list[float]:
     return out
 
 
+def draw_accepted(drafted: int, rates: Sequence[float], rng: np.random.Generator) -> int:
+    """vLLM's synthetic rejection rule: position i of a draft is accepted with its conditional rate while
+    every position before it was (one draw per position reached)."""
+    a = 0
+    while a < drafted and rng.random() < rates[a]:
+        a += 1
+    return a
+
+
+def synthetic_steps(drafted_at: Sequence[int], out_len: int, rates: Sequence[float],
+                    rng: np.random.Generator) -> tuple[list[int], list[int]]:
+    """(drafted, accepted) per decode step of one request under synthetic acceptance, drawn as the server
+    draws them: a step starting with ``pos`` tokens emitted drafts ``drafted_at[pos]`` (the drafter's
+    proposal there; 0 past the table) and emits accepted + 1 tokens (the prefill emitted token 0)."""
+    ds: list[int] = []
+    acc: list[int] = []
+    pos = 1
+    while pos < out_len:
+        d = drafted_at[pos] if pos < len(drafted_at) else 0
+        a = draw_accepted(d, rates, rng)
+        ds.append(d)
+        acc.append(a)
+        pos += min(a + 1, out_len - pos)
+    return ds, acc
+
+
 def load_logged(workload: Sequence[Path]) -> dict[str, tuple[list[int], list[int]]]:
     """request key -> (prompt ids, output ids) for every request with logged token ids."""
     from specgauge.workload.loaders import LoadOptions, load_workload
@@ -292,10 +318,7 @@ class ScriptedServer(ThreadedServer):
             d = self.k
         else:
             d = len(self.drafter.propose(r.rid, r.prompt + r.output[:pos], self.k))
-        a = 0
-        while a < d and r.rng.random() < self.synthetic[a]:
-            a += 1
-        return d, a
+        return d, draw_accepted(d, self.synthetic, r.rng)
 
     def _emit(self, r: _Req, n: int) -> bool:
         """Send one step's tokens; True while the request goes on."""
