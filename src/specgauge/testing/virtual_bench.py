@@ -35,7 +35,7 @@ import numpy as np
 
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.loadgen.dialects.vllm import spec_from_vllm_request
-from specgauge.predict.observe import write_cell
+from specgauge.predict.runs import write_cell
 from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
 from specgauge.predict.schedule import PlannedRequest, simulate_schedule, step_ends
 from specgauge.predict.types import CellSpec
