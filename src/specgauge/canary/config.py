@@ -123,8 +123,11 @@ class CanaryConfig(BaseModel):
     tag_responses: bool = True
     candidate_dialect: str = "auto"
     #: the candidate's speculative config (vLLM's JSON): each window replays its outputs through the same
-    #: drafter (guardrail:acceptance_replay); needs the responses' token ids (clients asking return_token_ids)
+    #: drafter (guardrail:acceptance_replay); needs the responses' token ids (``ask_token_ids``)
     speculative_config: dict[str, Any] | None = None
+    ask_token_ids: bool | None = Field(default=None, description="add return_token_ids to what the candidate gets (vLLM's "
+                                       "dialect) and take the ids out of what clients did not ask for; None: when "
+                                       "speculative_config is set (guardrail:acceptance_replay)")
     mode: Literal["live", "shadow"] = "live"
 
     @field_validator("baseline", "candidate")
@@ -144,6 +147,11 @@ class CanaryConfig(BaseModel):
     def _mode(self) -> CanaryConfig:
         self.mode = "shadow" if self.shadow else "live"
         return self
+
+    def asks_token_ids(self) -> bool:
+        """Whether the proxy asks the candidate for token ids (``ask_token_ids``, by default when the replay
+        guardrail is on)."""
+        return self.speculative_config is not None if self.ask_token_ids is None else self.ask_token_ids
 
     def public(self) -> dict[str, object]:
         """The config as logs and results may carry it (no credentials, no absolute paths)."""

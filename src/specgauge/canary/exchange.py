@@ -78,6 +78,7 @@ class Opened:
     parsed: bool = True  #: False: ``first`` is still to be fed to the capture (after it was forwarded)
     raw: bytes = b""
     failure: tuple[FailureKind, str] | None = None
+    asked: bool = False  #: the proxy added ``return_token_ids``: the client gets the body without the ids
 
 
 @dataclass(slots=True)

@@ -122,6 +122,13 @@ class Capture:
                 add_tool_deltas(st, msg.get("tool_calls"))
             if c.get("finish_reason"):
                 st.finish_reason = c["finish_reason"]
+            ids = c.get("token_ids")  # vLLM / embedded with return_token_ids, as the stream's ``_output_of`` reads them
+            if isinstance(ids, list):
+                st.token_ids.extend(ids)
+            if st.prompt_ids is None and isinstance(c.get("prompt_token_ids"), list):  # completions: in the choice
+                st.prompt_ids = c["prompt_token_ids"]
+        if st.prompt_ids is None and isinstance(obj.get("prompt_token_ids"), list):  # chat: top level
+            st.prompt_ids = obj["prompt_token_ids"]
         for k in ("usage", "metrics", "timings", "meta_info"):
             if obj.get(k) is not None:
                 st.final[k] = obj[k]

@@ -55,6 +55,7 @@ from specgauge.canary.exchange import (
 from specgauge.canary.intake import BodyGate, error_response
 from specgauge.canary.observe import Capture, Role, Side, build_record
 from specgauge.canary.routing import Router, session_key, to_candidate
+from specgauge.canary.token_ids import StreamStripper, TokenIdAsk, refused, strip_json
 from specgauge.loadgen.runner import classify_failure, send_once_more_if_stale
 from specgauge.records import FailureKind, RequestRecord
 from specgauge.structured import check_body
@@ -74,8 +75,10 @@ class Proxy:
     def __init__(self, host: ProxyHost, baseline: Upstream, candidate: Upstream, *, session_header: str, hash_seed: str,
                  timeout_s: float, first_byte_timeout_s: float, shadow_max_inflight: int, tag_responses: bool,
                  metrics_body: Any, metrics_type: str, stall_timeout_s: float | None = None,
-                 body_timeout_s: float = 60.0, max_body_bytes: int = 64 << 20, max_inflight_bytes: int = 256 << 20) -> None:
+                 body_timeout_s: float = 60.0, max_body_bytes: int = 64 << 20, max_inflight_bytes: int = 256 << 20,
+                 token_ids: TokenIdAsk | None = None) -> None:
         self.host = host
+        self.token_ids = token_ids  #: asking the candidate for token ids no client asked for (``token_ids``)
         self.baseline, self.candidate = baseline, candidate
         self.session_header = session_header
         self.router = Router(hash_seed)
@@ -175,15 +178,34 @@ class Proxy:
         return {"side": side.value, "role": role.value, "point": round(req.point, 6), "keyed": req.keyed,
                 "stream": req.stream, "greedy": req.greedy, "weight": req.weight, "mirror_weight": req.mirror_weight, **more}
 
+    async def _send(self, up: Upstream, req: RoutedRequest) -> tuple[aiohttp.ClientResponse, bool]:
+        """Send the request; (response, whether the proxy added ``return_token_ids`` to it). A
+        candidate that refuses the field (HTTP 400 naming it) gets the request again as the client
+        sent it, and is not asked again this run: nothing was forwarded yet, the client never sees it."""
+        ask = self.token_ids if up.side is Side.candidate else None
+        data = ask.body(req.body, req.obj) if ask is not None else None
+        # a pooled connection the upstream closed as this request left is retried, not failed: uvicorn
+        # (vLLM, the embedded server) closes idle keep-alive connections after 5 s
+        if ask is not None and data is not None:
+            resp, _ = await send_once_more_if_stale(up.session, "POST", up.url + req.path_qs, data=data,
+                                                    headers=up.headers(req.headers))
+            if not refused(resp.status, await resp.read() if resp.status in (400, 422) else b""):
+                ask.asked += 1
+                return resp, True
+            if ask.refused is None:
+                ask.refused = f"HTTP {resp.status}: {short_text(await resp.read())}"
+                _log.warning("canary: the candidate refused return_token_ids (%s); not asking again", ask.refused)
+            resp.release()
+        resp, _ = await send_once_more_if_stale(up.session, "POST", up.url + req.path_qs, data=req.body,
+                                                headers=up.headers(req.headers))
+        return resp, False
+
     async def _open(self, up: Upstream, req: RoutedRequest, cap: Capture, first_timeout: float, parse_first: bool = True) -> Opened:
         """Send, and read up to the first body bytes (a whole body when not streamed). With
         ``parse_first`` the first bytes are parsed here, before they are forwarded (a bad first
         event can still be retried); without it (nothing to retry) they are parsed after forwarding."""
         async with asyncio.timeout(first_timeout):
-            # a pooled connection the upstream closed as this request left is retried, not failed: uvicorn
-            # (vLLM, the embedded server) closes idle keep-alive connections after 5 s
-            resp, _ = await send_once_more_if_stale(up.session, "POST", up.url + req.path_qs, data=req.body,
-                                                    headers=up.headers(req.headers))
+            resp, asked = await self._send(up, req)
             cap.status = resp.status
             try:
                 if not 200 <= resp.status < 300:
@@ -195,12 +217,12 @@ class Proxy:
                     if not first:
                         return Opened(resp, stream=True, failure=(FailureKind.stream_cut_short, "an empty event stream"))
                     if not parse_first:
-                        return Opened(resp, stream=True, first=first, first_t=t, parsed=False)
+                        return Opened(resp, stream=True, first=first, first_t=t, parsed=False, asked=asked)
                     cap.feed(first, t)  # parsed *before* it is forwarded: a bad first event can still be retried
-                    return Opened(resp, stream=True, first=first, first_t=t, failure=cap.failure)
+                    return Opened(resp, stream=True, first=first, first_t=t, failure=cap.failure, asked=asked)
                 raw = await resp.read()
                 cap.body(raw)
-                return Opened(resp, raw=raw, failure=cap.failure)
+                return Opened(resp, raw=raw, failure=cap.failure, asked=asked)
             except BaseException:
                 resp.close()
                 raise
@@ -236,8 +258,12 @@ class Proxy:
             rec = self._record(req, cap, up.side, role, started, op.failure, status, e2e if op.failure is None else None,
                                retried=False, bytes_sent=True)
             self._emit(up.side, role, rec, req, client_err=client_error(status))
-            return web.Response(status=status, body=op.raw, headers=headers)
+            return web.Response(status=status, body=self._for_client(op), headers=headers)
         return await self._relay(request, req, up, role, op, cap, started)
+
+    def _for_client(self, op: Opened) -> bytes:
+        """A whole body as the client asked for it: without the token ids the proxy added."""
+        return strip_json(op.raw, self.token_ids.absent) if op.asked and self.token_ids is not None else op.raw
 
     def _failure_before_first_byte(self, e: BaseException, req: RoutedRequest, first_timeout: float) -> tuple[FailureKind, str]:
         if isinstance(e, aiohttp.ServerTimeoutError) and self.stall_timeout_s is not None:
@@ -263,9 +289,11 @@ class Proxy:
         out = RelayedResponse(status=resp.status, headers=self._response_headers(resp, up.side))
         failure: tuple[FailureKind, str] | None = None
         gone = False
+        # the token ids the proxy added come out of what the client gets (nothing else changes)
+        strip = StreamStripper(self.token_ids.absent) if op.asked and self.token_ids is not None else None
         try:
             await out.prepare(request)
-            await out.write(op.first)
+            await out.write(op.first if strip is None else strip.feed(op.first))
         except (ConnectionError, RuntimeError):
             gone = True
         if not op.parsed:
@@ -280,7 +308,7 @@ class Proxy:
                             break
                         t = perf()
                         try:
-                            await out.write(data)  # forwarded before it is parsed
+                            await out.write(data if strip is None else strip.feed(data))  # forwarded before it is parsed
                         except (ConnectionError, RuntimeError):
                             gone = True
                             break
@@ -306,6 +334,8 @@ class Proxy:
             failure = cap.failure
             try:
                 if not done_early:
+                    if strip is not None:
+                        await out.write(strip.close())  # a last line without its newline, as it came
                     await out.write_eof()
             except (ConnectionError, RuntimeError):
                 gone = not cap.st.done

@@ -41,6 +41,7 @@ from specgauge.canary.summary import (
     build_result,
     window_latency,
 )
+from specgauge.canary.token_ids import TokenIdAsk
 from specgauge.canary.window import Pairing, Window
 from specgauge.errors import UserError
 from specgauge.loadgen.dialects import Dialect, detect, get_dialect
@@ -48,7 +49,8 @@ from specgauge.loadgen.metrics_scrape import MetricsParseError, Snapshot, diff
 from specgauge.paths import public_url
 from specgauge.records import RequestRecord, ResultsFile, SpecCounts
 from specgauge.offline.record_fields import token_ids
-from specgauge.stats.replay_check import check_run
+from specgauge.i18n import en
+from specgauge.stats.replay_check import ReplayCheck, check_run, unavailable
 
 
 class CanaryError(UserError):
@@ -159,9 +161,12 @@ class CanaryService:
         cdialect = get_dialect(cfg.candidate_dialect) if cfg.candidate_dialect != "auto" else detect(snap, ci["raw"])
         bsnap = await self._scrape(bs, cfg.baseline)
         bdialect: Dialect = detect(bsnap, bi["raw"])
+        # the candidate is asked for token ids itself when it speaks vLLM's dialect (guardrail:acceptance_replay)
+        ask = TokenIdAsk.for_dialect(cdialect.name) if cfg.asks_token_ids() else None
         self._identity = {"baseline": {"url": public_url(cfg.baseline), "models": bi["models"], "dialect": bdialect.name},
                           "candidate": {"url": public_url(cfg.candidate), "models": ci["models"], "dialect": cdialect.name,
-                                        "counters": snap is not None and cdialect.counter_spec(diff(snap, snap), self._model) is not None}}
+                                        "counters": snap is not None and cdialect.counter_spec(diff(snap, snap), self._model) is not None,
+                                        "asked_token_ids": ask is not None}}
         self._restore_state()
         assert self.controller is not None
         self._log.open()
@@ -181,7 +186,7 @@ class CanaryService:
                            first_byte_timeout_s=cfg.first_byte_timeout_s, shadow_max_inflight=cfg.shadow_max_inflight,
                            tag_responses=cfg.tag_responses, metrics_body=self.metrics.render, metrics_type=self.metrics.content_type,
                            stall_timeout_s=cfg.stall_timeout_s, body_timeout_s=cfg.body_timeout_s,
-                           max_body_bytes=cfg.max_body_bytes, max_inflight_bytes=cfg.max_inflight_bytes)
+                           max_body_bytes=cfg.max_body_bytes, max_inflight_bytes=cfg.max_inflight_bytes, token_ids=ask)
         proxy = self.proxy
         self.metrics.shadow_skipped.set_function(lambda: float(proxy.shadow_skipped))
         # keepalive_timeout bounds a connection without a complete request (aiohttp closes it then): an idle
@@ -310,6 +315,8 @@ class CanaryService:
                        "pairs": len(w.pairs)},
             "last": self.rows[-1] if self.rows else None,
             "totals": self.totals.as_dict(),
+            "token_ids": None if self.proxy is None or self.proxy.token_ids is None else
+            {"asked": self.proxy.token_ids.asked, "refused": self.proxy.token_ids.refused},
         })
 
     # -- judging ---------------------------------------------------------------------------------------
@@ -338,10 +345,12 @@ class CanaryService:
             end = time.time()
             snap = await self._scrape(self.proxy.candidate.session, self.cfg.candidate)
             spec, source = self._spec(snap)
-            replay = None
+            replay: ReplayCheck | None = None
             if self.cfg.speculative_config is not None and w.replay:  # the candidate's outputs through its own drafter
                 replay = await asyncio.to_thread(check_run, list(w.replay), self.cfg.speculative_config, "canary --speculative-config",
                                                  collapse=self.cfg.judge.collapse)
+            elif self.cfg.speculative_config is not None and any(s.ok for s in w.samples[Side.candidate]):
+                replay = unavailable(self._why_no_token_ids())
             inp = WindowInput(baseline=list(w.samples[Side.baseline]), candidate=list(w.samples[Side.candidate]), spec=spec,
                               spec_source=source, pairs=list(w.pairs), baseline_expected=self.cfg.shadow or ctl.weight < 100,
                               replay=replay)
@@ -369,6 +378,18 @@ class CanaryService:
                     nw.samples[side] = w.samples[side][len(judged):]  # finished while the judge ran: the next window's
                 self.window = nw
             return clean(event)
+
+    def _why_no_token_ids(self) -> str:
+        """Why the candidate's answers in a window carried no token ids (guardrail:acceptance_replay)."""
+        assert self.proxy is not None
+        ask = self.proxy.token_ids
+        if ask is not None and ask.refused is not None:
+            return en("canary.j.ids_refused", answer=ask.refused)
+        if ask is not None:
+            return en("canary.j.ids_missing")
+        if not self.cfg.asks_token_ids():
+            return en("canary.j.ids_off")
+        return en("canary.j.ids_dialect", dialect=self.proxy.candidate.dialect.name)
 
     def _update_metrics(self) -> None:
         assert self.controller is not None

@@ -85,7 +85,8 @@ def canary(
     max_inflight_bytes: Annotated[int, typer.Option("--max-inflight-bytes", min=1024, help="All request bodies held at once (503 past it).")] = 256 << 20,
     candidate_dialect: Annotated[str, typer.Option("--candidate-dialect", help="auto, vllm, llamacpp, sglang, embedded: how to read its counters.")] = "auto",
     tag_responses: Annotated[bool, typer.Option("--tag-responses/--no-tag-responses", help="Add X-Specgauge-Canary: baseline|candidate to responses.")] = True,
-    speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="The candidate's speculative config (vLLM's JSON): each window replays its outputs through the same drafter and fails guardrail:acceptance_replay when its acceptance collapses below them (needs responses with token ids: clients asking return_token_ids).")] = None,
+    speculative_config: Annotated[str | None, typer.Option("--speculative-config", help="The candidate's speculative config (vLLM's JSON): each window replays its outputs through the same drafter and fails guardrail:acceptance_replay when its acceptance collapses below them (needs token ids: see --ask-token-ids).")] = None,
+    ask_token_ids: Annotated[bool | None, typer.Option("--ask-token-ids/--no-ask-token-ids", help="Add return_token_ids to requests forwarded to a vLLM-dialect candidate (not the baseline) and take the ids out of responses whose client did not ask; default: on with --speculative-config.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json at the end instead of text.")] = False,
     lang: LangOpt = None,
 ) -> None:
@@ -119,6 +120,7 @@ def canary(
         max_inflight_bytes=max_inflight_bytes,
         candidate_dialect=candidate_dialect, tag_responses=tag_responses,
         speculative_config=SpeculativeConfig.from_json(speculative_config).model_dump(exclude_none=True) if speculative_config else None,
+        ask_token_ids=ask_token_ids,
     )
     _roll_out(cfg, shadow=shadow, steps=steps, interval=interval, as_json=as_json)
 

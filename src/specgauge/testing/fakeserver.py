@@ -13,6 +13,9 @@ with ``continuous_usage_stats`` and ``--per-request-spec-decode-metrics``: every
 is one speculative step of k=``K`` drafted tokens with n-1 accepted, and ``/metrics`` exposes
 ``vllm:spec_decode_*`` counters that add up exactly those per-request numbers.
 
+``FakeServer(refuse_token_ids=True)`` answers a body carrying ``return_token_ids`` HTTP 400 naming it, as a
+strict server without the field does (pydantic's ``extra_forbidden``).
+
 ``FakeServer(recording=...)`` replays a real server's recorded responses instead (see
 ``tests/data/recorded/record.py``): the i-th completion request gets the i-th recorded body,
 byte chunk by byte chunk, and ``/metrics`` answers the recorded snapshot from before the first
@@ -59,8 +62,10 @@ class FakeServer(ThreadedServer):
     what = "fake server"
 
     def __init__(self, usage_per_chunk: bool = True, spec: bool = True, recording: dict[str, Any] | None = None,
-                 close_after_stream: bool = False, model: str = "fake") -> None:
+                 close_after_stream: bool = False, model: str = "fake", refuse_token_ids: bool = False) -> None:
         self.recording = recording
+        self.refuse_token_ids = refuse_token_ids
+        self.refused = 0  #: requests answered 400 for carrying return_token_ids
         self.model = model  #: the name /v1/models and the /metrics labels give
         self.close_after_stream = close_after_stream  #: like llama.cpp: drop the connection after a stream
         self.replayed = 0
@@ -108,7 +113,7 @@ class FakeServer(ThreadedServer):
                 pass
 
     async def _plain(self, w: asyncio.StreamWriter, status: int, body: bytes, ctype: str = "application/json") -> bool:
-        reason = {200: "OK", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "X")
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "X")
         w.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         await w.drain()
         return True
@@ -129,6 +134,10 @@ class FakeServer(ThreadedServer):
             return await self._plain(w, 404, b'{"error":{"message":"no such path"}}')
         self.requests += 1
         req = json.loads(body or b"{}")
+        if self.refuse_token_ids and "return_token_ids" in req:
+            self.refused += 1
+            return await self._plain(w, 400, b'{"error":{"message":"return_token_ids: Extra inputs are not permitted",'
+                                             b'"type":"BadRequestError","param":"return_token_ids","code":400}}')
         chat = path.endswith("chat/completions")
         prompt = req["messages"][-1]["content"] if chat else str(req.get("prompt", ""))
         d = {**parse_directive(prompt if isinstance(prompt, str) else ""), **parse_directive(self.override)}
