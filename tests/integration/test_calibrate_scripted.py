@@ -24,7 +24,8 @@ import pytest
 
 from specgauge.calibrate import CalibrateConfig, measure_cell, plan_live, run_calibration
 from specgauge.predict import CellSpec, predict_cells
-from specgauge.sweep import ServerTarget
+from specgauge.records import ResultsFile
+from specgauge.sweep import ServerTarget, run_grid
 from specgauge.sweep.grid import config_label, grid_method
 from specgauge.testing.virtual_bench import ELL, law_servers
 from tests.integration._workloads import cut_logged_sample
@@ -137,3 +138,28 @@ def test_paired_calibration_runs_every_pair_and_tracks_the_suffix_cache_per_repe
     # one check per cell, each with both sides (how close they are is the benchmark's to print)
     assert sorted((c.label, c.concurrency) for c in res.checks) == [(lb, c) for lb in ("ngram-k4", "suffix-k4") for c in (1, 4)]
     assert all(c.predicted is not None and c.measured is not None for c in res.checks), res.checks
+
+
+@pytest.mark.slow
+def test_the_virtual_clock_writes_what_bench_records_of_the_real_server(workload: Path, tmp_path: Path) -> None:
+    """The virtual runs the law's figures are checked on are the real server's runs less the timing: at
+    concurrency 1 (each request alone, so no batching can differ) bench over real HTTP and the virtual
+    clock give the same requests, the same tokens per chunk and the same per-step drafts and acceptances
+    (suffix's cache included) — only the times differ, and those are not compared."""
+    specs = dict([("off", None), spec("ngram", 4), spec("suffix", 4)])
+    cells = [CellSpec(label=lb, speculative_config=s, concurrency=1) for lb, s in specs.items()]
+    with ExitStack() as stack:
+        grid = run_grid(cells, serve(stack, workload, specs), [workload], tmp_path / "http", num_prompts=8, warmup=0)
+    virt = law_servers(workload, LAW).grid(tmp_path / "virtual", [(c, 8) for c in cells])
+
+    def shape(d: Path) -> dict[str, tuple]:
+        out = {}
+        for r in ResultsFile(d / "results.jsonl").existing():
+            sd = (r.extra.get("metrics") or {}).get("speculative_decoding") or {}
+            out[r.id] = (r.ok, r.prompt_tokens, r.output_tokens, [c.n for c in r.chunks], sd.get("per_step_drafted"),
+                         sd.get("per_step_accepted"), r.spec.model_dump(exclude={"source"}) if r.spec else None)
+        return out
+
+    for c in cells:
+        live, synth = shape(grid.cell_dir(c.label, 1)), shape(virt[(c.label, 1)])
+        assert len(live) == 8 and live == synth, c.label
