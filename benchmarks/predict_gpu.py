@@ -20,7 +20,7 @@ host keeps its deadlines. Its drafts per step come from the replay of the real d
    recommended k beside the measured best (``gpu_check.run_schedule_check``).
 
     python benchmarks/predict.py --gpu-curve tests/data/gpu/h200-llama3-8b-costs.json [--quick]
-    python benchmarks/predict_gpu.py [--curve PATH] [--scale 2] [--num-prompts 128] [--max-tokens 32]
+    python benchmarks/predict_gpu.py [--curve PATH] [--scale 2] [--num-prompts 128] [--max-tokens 32] [--virtual]
 
 Timing is wall clock on whatever else the machine does; the benchmark reports, it asserts nothing.
 """
@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--margin", type=float, default=None, help="the crossover's and recommendation's margin (default 1.05)")
     ap.add_argument("--schedule-ks", default="1,2,4,8", help="n-gram k for the schedule check ('' skips it)")
     ap.add_argument("--quick", action="store_true", help="validation at concurrency 8 and 64 only, bootstrap 30")
+    ap.add_argument("--virtual", action="store_true",
+                    help="the servers on a virtual clock (testing.virtual_bench: runs synthesised from the step law, no HTTP; "
+                         "the figures test_gpu_scripted asserts, the same every run)")
     ap.add_argument("--out", type=Path, default=Path("results/benchmark-predict-gpu"))
     a = ap.parse_args(argv)
     concs = tuple(int(x) for x in a.concurrency.split(",") if x)
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         concs = (8, 64)
     t0 = time.monotonic()
     res = run_gpu_check(a.out, curve=a.curve, scale=a.scale, num_prompts=n, max_tokens=a.max_tokens, concurrencies=concs,
-                        bootstrap=30 if a.quick else 100, straight_line=True,
+                        bootstrap=30 if a.quick else 100, straight_line=True, virtual=a.virtual,
                         **({"margin": a.margin} if a.margin is not None else {}))
     print_result(res)
     dump = res.summary()
