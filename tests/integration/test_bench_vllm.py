@@ -148,3 +148,14 @@ def test_agrees_with_vllm_bench_serve(server: tuple[str, str], tmp_path: Path) -
     for tool in (v, s):
         assert 0 < tool["median_ttft_ms"] <= tool["mean_e2el_ms"] * 2 and tool["mean_tpot_ms"] > 0
         assert tool["request_throughput"] * out_len == pytest.approx(tool["output_throughput"], rel=1e-6)
+
+
+def test_the_canary_asks_vllm_for_token_ids_and_clients_get_vllms_bytes(server: tuple[str, str], tmp_path: Path) -> None:
+    """The canary's own return_token_ids on real vLLM: clients that did not ask get vLLM's bytes (its
+    ``"token_ids":null``), the replay guardrail judges (``test_canary_token_ids.through_the_canary``)."""
+    from tests.integration.test_canary_token_ids import through_the_canary
+
+    url, kind = server
+    check, recs = through_the_canary(url, "tiny", SPECS[kind], tmp_path)
+    assert check["status"] == "pass" and check["evidence"]["requests"] == 5, check
+    assert check["evidence"]["server_rate"] == check["evidence"]["replay_rate"], check

@@ -28,7 +28,7 @@ from specgauge.canary import CanaryConfig, CanaryThread, JudgeConfig
 from specgauge.canary.proxy import TAG_HEADER
 from specgauge.i18n import translate
 from specgauge.models import available, target_dir
-from specgauge.records import ResultsFile
+from specgauge.records import RequestRecord, ResultsFile
 from specgauge.testing.fakeserver import FakeServer
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}
@@ -40,7 +40,7 @@ def _masked(raw: bytes) -> bytes:
     """The response with its per-request serial values masked (nothing else): the response id, the
     ``created`` second, and the engine step and admission count the request started at (the embedded
     server's own keys in ``metrics.speculative_decoding``)."""
-    raw = re.sub(rb'("id":\s*")(?:chat)?cmpl-[0-9a-f]+(")', rb"\1ID\2", raw)
+    raw = re.sub(rb'("id":\s*")(?:chat)?cmpl-[^"]+(")', rb"\1ID\2", raw)
     return re.sub(rb'("(?:created|specgauge_prefill_step|specgauge_admitted)":\s*)\d+', rb"\g<1>0", raw)
 
 
@@ -64,43 +64,51 @@ def candidate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         srv.stop()
 
 
-def test_the_guardrail_runs_without_the_client_asking_and_clients_get_their_bytes(candidate: str, tmp_path: Path) -> None:
-    # prompts whose greedy outputs the n-gram drafter drafts on (and partly accepts) with this tiny target
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Summarise: the printer on floor 3 jams every morning."}],
+def through_the_canary(url: str, model: str, spec: dict[str, Any], tmp: Path) -> tuple[dict[str, Any], list[RequestRecord]]:
+    """Five requests no client asked token ids for (chat and completions, streamed and not) and one that
+    asked, each through a canary whose candidate is ``url`` (weight 100; the baseline is the same server,
+    only probed) and sent directly: equal bytes (masked), ids only for the one that asked. Returns the
+    window's replay guardrail and the candidate's records. Also run on real vLLM (``test_bench_vllm``)."""
+    # prompts whose greedy outputs the n-gram drafter drafts on (and partly accepts) with the tiny target
+    chat = {"model": model, "messages": [{"role": "user", "content": "Summarise: the printer on floor 3 jams every morning."}],
             "max_tokens": 24, "temperature": 0}
-    comp = {"model": MODEL, "prompt": "List the errors in: timeout, timeout, refused.", "max_tokens": 24, "temperature": 0}
+    comp = {"model": model, "prompt": "List the errors in: timeout, timeout, refused.", "max_tokens": 24, "temperature": 0}
     usage = {"stream": True, "stream_options": {"include_usage": True}}
     cases = [("/v1/chat/completions", chat), ("/v1/chat/completions", {**chat, **usage}),
              ("/v1/completions", comp), ("/v1/completions", {**comp, **usage}), ("/v1/completions", {**comp, "stream": True})]
-    # the baseline is the same server: every request goes to the candidate (weight 100), the baseline is only probed
-    cfg = CanaryConfig(baseline=candidate, candidate=candidate, port=0, out_dir=tmp_path / "o", interval_s=600.0, steps=[100.0],
-                       judge=JudgeConfig(min_samples=2), speculative_config=SPEC)
+    cfg = CanaryConfig(baseline=url, candidate=url, port=0, out_dir=tmp / "o", interval_s=600.0, steps=[100.0],
+                       judge=JudgeConfig(min_samples=2), speculative_config=spec)
     assert cfg.asks_token_ids()
-    with CanaryThread(cfg) as cy, httpx.Client(timeout=60, headers=HEADERS) as http:
+    ids = re.compile(rb'"(?:prompt_)?token_ids":\s*\[')
+    with CanaryThread(cfg) as cy, httpx.Client(timeout=120, headers=HEADERS) as http:
         for path, body in cases:
             raw = json.dumps(body).encode()
-            direct = http.post(candidate + path, content=raw, headers={"Content-Type": "application/json"})
+            direct = http.post(url + path, content=raw, headers={"Content-Type": "application/json"})
             proxied = http.post(cy.base_url + path, content=raw, headers={"Content-Type": "application/json"})
             assert proxied.status_code == direct.status_code == 200 and proxied.headers[TAG_HEADER] == "candidate"
-            assert b"token_ids" not in proxied.content, (path, body)
+            assert not ids.search(proxied.content), (path, body)
             assert _masked(proxied.content) == _masked(direct.content), (path, body, proxied.content, direct.content)
             assert proxied.headers["content-type"] == direct.headers["content-type"]
         # a client that asks gets the ids, as the server writes them
         asked = {**chat, **usage, "return_token_ids": True}
-        direct = http.post(candidate + "/v1/chat/completions", json=asked)
+        direct = http.post(url + "/v1/chat/completions", json=asked)
         proxied = http.post(cy.base_url + "/v1/chat/completions", json=asked)
-        assert b'"prompt_token_ids": [' in proxied.content and _masked(proxied.content) == _masked(direct.content)
+        assert ids.search(proxied.content) and _masked(proxied.content) == _masked(direct.content)
         check = _replay_check(cy)
-        status = cy.service.status()
-    assert status["token_ids"] == {"asked": len(cases), "refused": None}
-    # every record has the ids; the replay (its own outputs through its own n-gram drafter) is held against
-    # the server's per-request counts, which all but the stream without include_usage carry: 5 of 6, and
-    # they agree exactly (the replay theorem, greedy)
-    recs = ResultsFile(tmp_path / "o" / "candidate" / "results.jsonl").existing()
+        assert cy.service.status()["token_ids"] == {"asked": len(cases), "refused": None}
+    recs = ResultsFile(tmp / "o" / "candidate" / "results.jsonl").existing()
+    # every record has the ids (the one stream without include_usage has no per-request counts to compare)
     assert len(recs) == len(cases) + 1 and all(r.ok and r.extra.get("output_token_ids") and r.extra.get("prompt_token_ids")
                                                for r in recs)
+    return check, recs
+
+
+def test_the_guardrail_runs_without_the_client_asking_and_clients_get_their_bytes(candidate: str, tmp_path: Path) -> None:
+    check, _ = through_the_canary(candidate, MODEL, SPEC, tmp_path)
+    # the replay (its own outputs through its own n-gram drafter) is held against the server's per-request
+    # counts, which all but the stream without include_usage carry: 5 of 6, and they agree exactly (greedy)
     ev = check["evidence"]
-    assert check["status"] == "pass" and ev["requests"] == len(cases), check
+    assert check["status"] == "pass" and ev["requests"] == 5, check
     assert ev["bands"][0]["server_draft_tokens"] > 0 and ev["server_rate"] == ev["replay_rate"], check
 
 

@@ -385,6 +385,8 @@ class CanaryService:
         ask = self.proxy.token_ids
         if ask is not None and ask.refused is not None:
             return en("canary.j.ids_refused", answer=ask.refused)
+        if ask is not None and not ask.asked:
+            return en("canary.j.ids_not_added")
         if ask is not None:
             return en("canary.j.ids_missing")
         if not self.cfg.asks_token_ids():

@@ -139,6 +139,8 @@ STORED: Entries = {
                              "ko": "후보가 return_token_ids를 거부함 ({answer}): 프록시는 요청을 멈췄고 토큰 ID를 요청한 클라이언트가 없음"},
     "canary.j.ids_missing": {"en": "the candidate was asked for return_token_ids but its responses carry none (vLLM before 0.10.2 ignores the field)",
                              "ko": "후보에 return_token_ids를 요청했지만 응답에 토큰 ID가 없음 (vLLM 0.10.2 이전은 이 필드를 무시함)"},
+    "canary.j.ids_not_added": {"en": "no response carried token ids: every candidate request set return_token_ids itself or asked echo, so the proxy added nothing",
+                               "ko": "토큰 ID가 담긴 응답이 없음: 후보로 간 모든 요청이 return_token_ids를 직접 지정했거나 echo를 요청해 프록시가 아무것도 추가하지 않음"},
     "canary.j.ids_off": {"en": "no response carried token ids: the proxy does not ask for them (--no-ask-token-ids) and no client asked",
                          "ko": "토큰 ID가 담긴 응답이 없음: 프록시가 요청하지 않고 (--no-ask-token-ids) 요청한 클라이언트도 없음"},
     "canary.j.ids_dialect": {"en": "no response carried token ids: the candidate speaks the {dialect} dialect, which has no return_token_ids, and no client asked",
