@@ -6,7 +6,9 @@ two layers on vLLM's V1 and V2 runners), Gemma 4's assistant, DSpark (both block
 Each head is trained for a few dozen steps on the target's greedy continuations of the test's prompts,
 so drafts get accepted; the loop generates, its outputs are logged, and ``simulate --per-request`` and
 the replay's per-step counts must equal the loop's, request by request (greedy). The final step is held
-to the open-end rule: equal unless every draft matched up to the logged end (then a lower bound)."""
+to the open-end rule: equal unless every draft matched up to the logged end (then a lower bound).
+``simulate`` runs twice: with the target passes of the requests batched (the default) and one request per
+pass (``--replay-batch-tokens 0``); their rows must be equal."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from specgauge.testing import reference_drafts as rd  # noqa: E402
 from specgauge.testing.reference_loop import generate  # noqa: E402
 from specgauge.testing.tiny_families import make_tiny_family  # noqa: E402
 from tests import _trained_heads as th  # noqa: E402
+from tests._target_batches import forward_rows  # noqa: E402
 
 K, MAX_TOKENS = th.K, 16
 
@@ -37,6 +40,13 @@ K, MAX_TOKENS = th.K, 16
 def _open_end(steps: list[tuple[int, int]], n_out: int) -> bool:
     emitted = 1 + sum(a + 1 for _, a in steps[:-1])
     return emitted + steps[-1][1] >= n_out
+
+
+def _simulate(args: list[str], rows: Path) -> dict[str, Any]:
+    """``simulate ARGS --per-request ROWS`` in this process -> its rows by request id."""
+    res = CliRunner().invoke(app, [*args, "--per-request", str(rows)])
+    assert res.exit_code == 0, res.stderr
+    return {r["request_id"]: r for r in map(json.loads, rows.read_text().splitlines())}
 
 
 def _check(tmp: Path, target: TransformersTarget, head: Any, draft: Any, method: str, tdir: Path,
@@ -51,12 +61,14 @@ def _check(tmp: Path, target: TransformersTarget, head: Any, draft: Any, method:
                                 "response": {"prompt_token_ids": p, "output_token_ids": r.output_ids,
                                              "finish_reason": "length"}}) + "\n")
     rows = tmp / "rows.jsonl"
-    args = ["simulate", str(log), "--target-model", str(tdir), "--device", "cpu", "-k", str(K),
-            "--per-request", str(rows), "--json"]
+    args = ["simulate", str(log), "--target-model", str(tdir), "--device", "cpu", "-k", str(K), "--json"]
     args += ["--speculative-config", json.dumps(spec_json)] if spec_json else ["--method", method]
-    res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0, res.stderr
-    got = {r["request_id"]: r for r in map(json.loads, rows.read_text().splitlines())}
+    with forward_rows() as batched:
+        got = _simulate(args, rows)
+    assert max(batched) > 1, batched  # the target passes of several requests ran in one forward (the default)
+    with forward_rows() as single:  # one request per target forward: the figures are the same
+        assert _simulate([*args, "--replay-batch-tokens", "0"], tmp / "rows0.jsonl") == got
+    assert single == [1] * len(prompts), single
     spec = (MethodSpec.parse(method) if not spec_json
             else MethodSpec.from_config(SpeculativeConfig.model_validate(spec_json)))
     spec = spec.model_copy(update={"options": {**spec.options, "target": str(tdir)}})

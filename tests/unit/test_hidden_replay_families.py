@@ -6,7 +6,9 @@ step, the head drafting from scratch), the outputs are logged, and ``simulate LO
 --target-model DIR --device cpu`` must give the same per-request figures, and the replay the same
 per-step drafted / accepted counts (greedy). The final step is held to item 4's rule: equal unless
 every draft matched up to the logged end (then the row carries guaranteed bounds, which must hold the
-loop's count: issue 38 item 4, implemented for every stateless drafter by ``drafters.base.final_step_bounds``)."""
+loop's count: issue 38 item 4, implemented for every stateless drafter by ``drafters.base.final_step_bounds``).
+``simulate`` batches the requests' target passes (right-padded, one forward) by default; with
+``--replay-batch-tokens 0`` (one request per forward) its rows must be the same."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from specgauge.drafters.heads.loader import load_head  # noqa: E402
 from specgauge.offline.replay import MethodReplay, MethodSpec  # noqa: E402
 from specgauge.targets.hf import TransformersTarget  # noqa: E402
 from specgauge.testing.reference_loop import generate, trained_eagle3_head, write_log  # noqa: E402
+from tests._target_batches import forward_rows  # noqa: E402
 from tests.unit._tiny_targets import FAMILIES, tiny_family  # noqa: E402
 
 K, MAX_TOKENS = 3, 16
@@ -35,6 +38,12 @@ def _open_end(steps: list[tuple[int, int]], n_out: int) -> bool:
     """Did the final step keep every draft up to the logged end (so a live server may have kept more)?"""
     emitted = 1 + sum(a + 1 for _, a in steps[:-1])  # tokens before the final step (the prefill's included)
     return emitted + steps[-1][1] >= n_out
+
+
+def _simulate(args: list[str], rows: Path) -> dict[str, dict[str, object]]:
+    res = CliRunner().invoke(app, [*args, "--per-request", str(rows)])
+    assert res.exit_code == 0, res.stderr
+    return {r["request_id"]: r for r in map(json.loads, rows.read_text().splitlines())}
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -49,11 +58,14 @@ def test_simulate_on_a_real_architecture_equals_the_reference_loop(name: str, tm
     assert sum(a for r in live for _, a in r.steps) > 0, f"{name}: the trained head never drafted an accepted token"
     log = write_log(tmp_path / "log.jsonl", [(p, r.output_ids) for p, r in zip(prompts, live, strict=True)], MAX_TOKENS)
 
-    rows = tmp_path / "rows.jsonl"
-    res = CliRunner().invoke(app, ["simulate", str(log), "--method", f"eagle3:{hdir}", "--target-model", str(tdir),
-                                   "--device", "cpu", "-k", str(K), "--per-request", str(rows), "--json"])
-    assert res.exit_code == 0, res.stderr
-    got = {r["request_id"]: r for r in map(json.loads, rows.read_text().splitlines())}
+    args = ["simulate", str(log), "--method", f"eagle3:{hdir}", "--target-model", str(tdir), "--device", "cpu",
+            "-k", str(K), "--json"]
+    with forward_rows() as batched:
+        got = _simulate(args, tmp_path / "rows.jsonl")
+    assert batched == [len(prompts)], batched  # both requests' target passes in one forward (the default)
+    with forward_rows() as single:  # one request per forward: the same rows
+        assert _simulate([*args, "--replay-batch-tokens", "0"], tmp_path / "rows0.jsonl") == got
+    assert single == [1] * len(prompts), single
 
     spec = MethodSpec.parse(f"eagle3:{hdir}").model_copy(update={"options": {"model": str(hdir), "target": str(tdir)}})
     replay = MethodReplay(spec, [K])

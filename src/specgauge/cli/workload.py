@@ -66,6 +66,7 @@ def simulate(
     device: Annotated[str, typer.Option("--device", help="Hidden-state heads: where the target and head run: cpu, cuda (ROCm too) or auto.")] = "cpu",
     dtype: Annotated[str, typer.Option("--dtype", help="Hidden-state heads: auto (float32 on the CPU, bfloat16 on a GPU), float32, bfloat16 or float16.")] = "auto",
     hidden_states: Annotated[Path | None, typer.Option("--hidden-states", help="Hidden-state heads: a directory of vLLM's own hidden-state dumps (docs/hidden-states.md) read instead of running the target; --target-model still names the target's checkpoint (its config, embedding, final norm).")] = None,
+    replay_batch_tokens: Annotated[int | None, typer.Option("--replay-batch-tokens", min=0, help="Hidden-state heads: run the target passes of consecutive requests together, up to this many padded tokens per forward (default 8192; 0: one request per forward). Figures equal to float rounding (docs/hidden-states.md).")] = None,
     draft_sampling: Annotated[str, typer.Option("--draft-sampling", help="greedy (vLLM's way: exact replay) or probabilistic (needs target logprobs in the log; lower bound).")] = "greedy",
     batch: Annotated[str, typer.Option("--batch", help="Batch sizes (concurrency) for the predicted speedup, e.g. 1,8,32.")] = "1",
     cost_profile: Annotated[Path | None, typer.Option("--cost-profile", help="Your server's fitted step-cost law (cost_profile.json from specgauge calibrate): calibrated predictions with a band. Without it the speedup comes from an uncalibrated guessed cost model.")] = None,
@@ -102,7 +103,7 @@ def simulate(
         load=LoadOptions(format=format, segment_by=segment_by, skip_invalid=skip_invalid, limit=limit),  # type: ignore[arg-type]
         **given, speculative_config=spec, tokenizer=tokenizer, batch_sizes=_batches(batch), cost_profile=cost_profile,
         per_request_out=per_request, draft_sampling=draft_sampling, partition_by=partition_by, target_model=target_model,
-        device=device, dtype=dtype, hidden_states=hidden_states,
+        device=device, dtype=dtype, hidden_states=hidden_states, replay_batch_tokens=replay_batch_tokens,
     )
     if split_streams > 1 and not ray:
         raise ConfigError("--split-streams: only with --ray (without it every stream is replayed exactly, in one pass)")

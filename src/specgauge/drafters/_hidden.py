@@ -2,13 +2,20 @@
 DFlash in ``dflash.py``): finding the target a head belongs to and opening it as a
 :class:`~specgauge.targets.base.Target` (the engine's own model, or transformers), loading the head
 (``heads.loader``), the engine's feed of verified hidden states per request, and the checks on a logged
-sequence before a replay."""
+sequence before a replay, and the block of target passes an offline replay runs together
+(``HiddenFeed.prefetch``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+#: padded tokens of the requests whose target passes an offline replay runs together (``HiddenFeed.prefetch``;
+#: simulate ``--replay-batch-tokens``); 0: one request per pass. Bounds the passes held (one block per
+#: target and layer set) and each batched forward (rows x longest).
+REPLAY_BATCH_TOKENS = 8192
 
 
 def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[str | Path, str]:
@@ -101,6 +108,50 @@ def replay_sequence(prompt_ids: Sequence[int], output_ids: Sequence[int], vocab_
     return seq
 
 
+class PassBlock:
+    """The target passes of one block of requests, keyed by the tokens each ran over: what
+    :meth:`HiddenFeed.prefetch` computed together and :meth:`HiddenFeed.target_pass` reads back. Filling
+    it with the next block drops the passes that block does not hold (peak: one block)."""
+
+    def __init__(self) -> None:
+        self.passes: dict[tuple[int, ...], Any] = {}  # token ids -> TargetPass
+
+    def fill(self, seqs: Iterable[Sequence[int]], run: Callable[[list[list[int]]], Iterable[Any]]) -> None:
+        """Keep the passes of ``seqs`` already here, drop the rest, and add the missing ones from
+        ``run(missing)`` (one pass per sequence, in the order given: shortest first, so that rows of like
+        length share a forward and pad little). A pass ``run`` cannot make (a source error,
+        the device out of memory) ends the filling quietly: the request's own pass runs when it is
+        replayed, and fails there, naming the request, if it must."""
+        import torch
+
+        from specgauge.targets.base import TargetError
+
+        want = dict.fromkeys(tuple(int(t) for t in s) for s in seqs)
+        self.passes = {s: self.passes[s] for s in want if s in self.passes}  # the old block goes before the new runs
+        todo = sorted((list(s) for s in want if s not in self.passes), key=len)
+        if not todo:
+            return
+        try:
+            for s, p in zip(todo, run(todo), strict=False):
+                self.passes[tuple(s)] = p
+        except (TargetError, ValueError, torch.OutOfMemoryError):
+            pass
+
+    def get(self, seq: Sequence[int]) -> Any:
+        return self.passes.get(tuple(int(t) for t in seq))
+
+
+#: target -> (layer ids, kv layers) -> its block: the drafters of one target (DFlash's one per k, two
+#: methods with the same layers) share what one of them prefetched
+_blocks: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], PassBlock]] = weakref.WeakKeyDictionary()
+
+
+def pass_block(target: Any, layer_ids: Sequence[Any], kv_layers: Sequence[int]) -> PassBlock:
+    """The block of ``target``'s passes at ``layer_ids`` with the KV of ``kv_layers``."""
+    groups = _blocks.setdefault(target, {})
+    return groups.setdefault((tuple(layer_ids), tuple(int(i) for i in kv_layers)), PassBlock())
+
+
 class HiddenFeed:
     """The Drafter protocol of a head fed by the engine: ``observe_hidden`` queues the target's rows of
     the positions it verified, ``propose_batch`` drafts per request from them (``_propose_one``)."""
@@ -122,12 +173,13 @@ class HiddenFeed:
         hidden_states: str | Path | None = None,
         max_model_len: int = 2048,
         num_speculative_tokens: int = 8,
+        replay_batch_tokens: int = REPLAY_BATCH_TOKENS,
         **_: Any,
     ) -> None:
         """Open the head at ``model`` and its target (the engine's ``target_model``, else the one
         :func:`resolve_target` finds, on ``device``; with ``hidden_states``, vLLM's dumps in that
         directory stand in for running it); the head runs in ``dtype`` (the target too, where this
-        drafter opens it)."""
+        drafter opens it). ``replay_batch_tokens``: see :meth:`prefetch`."""
         from specgauge.drafters.heads.config import HeadLoadError
         from specgauge.drafters.heads.loader import load_head
         from specgauge.targets.base import TargetError
@@ -153,6 +205,40 @@ class HiddenFeed:
         self._dtype = dt
         self._device = self.head_device = next(self.head.parameters()).device
         self._req = {}
+        if replay_batch_tokens < 0:
+            raise ValueError(f"replay_batch_tokens must be >= 0 (0: one request per target pass), got {replay_batch_tokens}")
+        self.replay_batch_tokens = int(replay_batch_tokens)
+
+    # -- offline replay: the target's passes -------------------------------------------------------
+    def _pass_layers(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """(the head's layer ids, the extra ids a pass also asks: the final norm's rows for
+        :meth:`target_mismatch` where the head does not read them itself)."""
+        ids = tuple(self.hidden_layers)
+        return ids, (() if "final" in ids else ("final",))
+
+    def prefetch(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        """Run the target passes of ``requests`` (prompt ids, output ids each: the block an offline
+        replay is about to replay) together, for :meth:`target_pass` to read back: ``Target.passes``
+        batches them, shortest first, within ``replay_batch_tokens`` padded tokens per forward
+        (right-padded; causal, so a pad never reaches a real token). Sequences a replay would refuse
+        are left to it (it says why, naming the request). Batching changes float rounding only: a
+        row's sums run in another order, as a live server's step-by-step passes also do
+        (docs/hidden-states.md, "How exact")."""
+        if self.replay_batch_tokens <= 0:
+            return
+        seqs = []
+        for p, o in requests:
+            try:
+                seq = replay_sequence(p, o, self.target.vocab_size)
+            except ValueError:
+                continue
+            if len(seq) > 1:
+                seqs.append(seq[:-1])
+        ids, extra = self._pass_layers()
+        kv = tuple(getattr(self.head, "kv_layer_ids", tuple)())
+        budget = self.replay_batch_tokens
+        pass_block(self.target, ids + extra, kv).fill(
+            seqs, lambda todo: self.target.passes(todo, ids + extra, kv, token_budget=budget))
 
     def target_hidden(self, seq: Sequence[int]) -> Any:
         """The target's hidden states [T, L * H] (``hidden_layers`` side by side) at positions
@@ -162,13 +248,15 @@ class HiddenFeed:
     def target_pass(self, seq: Sequence[int], kv_layers: Sequence[int]) -> tuple[Any, dict[int, tuple[Any, Any]]]:
         """:meth:`target_hidden` and, from the same pass, the keys/values of ``kv_layers`` (post-RoPE
         [T, hkv, D] each, in the head's dtype) — what Gemma 4's assistant reads. The pass also keeps the
-        target's final-norm rows for :meth:`target_mismatch` (the last sequence's only)."""
+        target's final-norm rows for :meth:`target_mismatch` (the last sequence's only). The pass is
+        the one :meth:`prefetch` ran with its block where it did, else this sequence's own."""
         from specgauge.targets.base import TargetError
 
-        ids = tuple(self.hidden_layers)
-        extra = () if "final" in ids else ("final",)
+        ids, extra = self._pass_layers()
+        p = pass_block(self.target, ids + extra, kv_layers).get(seq[:-1]) if self.replay_batch_tokens else None
         try:
-            p = self.target.run(seq[:-1], ids + extra, kv_layers=kv_layers)
+            if p is None:
+                p = self.target.run(seq[:-1], ids + extra, kv_layers=kv_layers)
         except TargetError:  # a source without the final norm (a dump without the checkpoint's norm)
             p, extra = self.target.run(seq[:-1], ids, kv_layers=kv_layers), ()
         final = p.hidden[:, (ids + extra).index("final")] if "final" in ids + extra else None

@@ -15,14 +15,19 @@ Two halves, both free of I/O beyond loading a drafter:
   teacher-forced figure from that pass: ``ReplayTrace.teacher_forced``); a stateless drafter (``stateful = False``) serves every stream; a
   stateful one (suffix) gets one drafter per stream, fed in order. A drafter's own fast ``replay`` is
   used where it has one, else the engine loop (``replay_by_stepping``).
+* **Blocks.** A drafter with a ``prefetch(requests)`` hook (a hidden-state head: the target's passes)
+  is handed, before each block of requests is replayed, the whole block (``MethodReplay.prefetch``;
+  ``prefetched`` wraps a request stream so): it runs their work together and the replay reads it back,
+  request by request, in the same order with the same results (a hidden-state head: to float rounding,
+  docs/hidden-states.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -281,6 +286,77 @@ class MethodReplay:
 
     def replay(self, req: ReplayedRequest, ks: Sequence[int] | None = None) -> dict[int, ReplayTrace]:
         return self.traces(req.id, req.source, req.prompt_ids, req.output_ids, req.stream, ks)
+
+    def _prefetching(self) -> list[Any]:
+        """This method's drafters with a ``prefetch`` hook (stateless ones only: a stream-ordered
+        drafter learns as it replays)."""
+        if self.stateful:
+            return []
+        ds = [self.model] if self.whole_output else list(self.drafters().values())
+        return [d for d in ds if callable(getattr(d, "prefetch", None))]
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens (prompt + output) of the requests this method wants handed together to ``prefetch``
+        (its drafter's ``replay_batch_tokens``); 0: no drafter has the hook, or batching is off."""
+        return max((int(getattr(d, "replay_batch_tokens", 0)) for d in self._prefetching()), default=0)
+
+    def prefetch(self, requests: Sequence[tuple[Sequence[int], Sequence[int]]]) -> None:
+        """Hand the drafters with a ``prefetch`` hook the (prompt ids, output ids) of the requests about
+        to be replayed, in order (``prefetched`` calls it per block)."""
+        for d in self._prefetching():
+            d.prefetch(requests)
+
+
+T = TypeVar("T")
+
+
+def prefetched(items: Iterable[T], ids: Callable[[T], tuple[Sequence[int], Sequence[int]] | None],
+               runners: Sequence[MethodReplay]) -> Iterator[T]:
+    """``items`` in their order, read a block ahead: consecutive items whose prompt + output tokens
+    (``ids``; None: an item with nothing to replay) sum to at most the runners' largest ``block_tokens``
+    (one longer item alone), the block handed to every runner's ``prefetch`` before its first item is
+    yielded. An error ``items`` raises (a record that cannot be read) is raised after the items before
+    it, where an unblocked loop would meet it. No runner with a hook: ``items`` unchanged, not read ahead.
+
+    E.g. budget 10, tokens [4, 4, 4, 12, 1] -> blocks [4, 4] [4] [12] [1]."""
+    budget = max((r.block_tokens for r in runners), default=0)
+    if budget <= 0:
+        yield from items
+        return
+    it = iter(items)
+    nxt: list[T] = []  # the item that closed the previous block (it opens the next)
+    while True:
+        block, total, err, done = nxt, sum(_tokens(ids(x)) for x in nxt), None, False
+        nxt = []
+        while True:
+            try:
+                x = next(it)
+            except StopIteration:
+                done = True
+                break
+            except Exception as e:  # noqa: BLE001 - raised again below, in its place
+                err = e
+                break
+            n = _tokens(ids(x))
+            if block and total + n > budget:
+                nxt = [x]
+                break
+            block.append(x)
+            total += n
+        reqs = [r for r in map(ids, block) if r is not None]
+        if reqs:
+            for runner in runners:
+                runner.prefetch(reqs)
+        yield from block
+        if err is not None:
+            raise err
+        if done and not nxt:
+            return
+
+
+def _tokens(r: tuple[Sequence[int], Sequence[int]] | None) -> int:
+    return 0 if r is None else len(r[0]) + len(r[1])
 
 
 class LazyTokenizer:

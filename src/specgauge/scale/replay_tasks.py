@@ -25,7 +25,14 @@ import pyarrow as pa
 
 from specgauge.errors import UserError
 from specgauge.simulate.replay import RequestAcceptance
-from specgauge.offline.replay import EMPTY_OUTPUT, NO_RESPONSE, MethodReplay, ReplayedRequest, replayed_request
+from specgauge.offline.replay import (
+    EMPTY_OUTPUT,
+    NO_RESPONSE,
+    MethodReplay,
+    ReplayedRequest,
+    prefetched,
+    replayed_request,
+)
 from specgauge.simulate.run import (
     MethodSpec,
     SimulateConfig,
@@ -228,6 +235,10 @@ def _replay_one(runner: MethodReplay, buf: _Columns, midx: int, r: dict[str, Any
     return True
 
 
+def _item_ids(r: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    return (r["prompt"], r["out"]) if r["kind"] == "item" else None
+
+
 class PerRequestReplay:
     """Ray Data ``map_batches`` callable: for each record a header row, and for every per-request
     method (n-gram, draft model) its result rows. As a class it runs in an actor pool, so a draft
@@ -240,7 +251,7 @@ class PerRequestReplay:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         buf = _Columns(ROWS)
-        for r in batch.to_pylist():
+        for r in prefetched(batch.to_pylist(), _item_ids, [runner for _, runner in self.runners]):  # a head's target passes together
             buf.add(seq=r["seq"], midx=HEADER, k=0, role="header", kind=r["kind"], id=r["id"], source=r["source"],
                     segment=r["segment"], exact=r["exact"], match=r["match"], calls=r["calls"], err_class=r["err_class"],
                     err_field=r["err_field"], err_msg=r["err_msg"])

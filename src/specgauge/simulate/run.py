@@ -26,6 +26,7 @@ from specgauge.offline.replay import (
     MethodSpec,
     ReplayedRequest,
     ReplayError,
+    prefetched,
     replayed_request,
 )
 from specgauge.simulate.cost_model import (
@@ -83,6 +84,9 @@ class SimulateConfig(BaseModel):
     dtype: str = "auto"
     #: hidden-state heads: a directory of vLLM's own hidden-state dumps read instead of running the target
     hidden_states: Path | None = None
+    #: hidden-state heads: padded tokens of the requests whose target passes run together (0: one request
+    #: per pass); None: the drafter's default (``drafters._hidden.REPLAY_BATCH_TOKENS``)
+    replay_batch_tokens: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _from_speculative_config(self) -> SimulateConfig:
@@ -179,7 +183,8 @@ def _with_targets(specs: list[MethodSpec], cfg: SimulateConfig) -> list[MethodSp
     extra = {"target": str(cfg.target_model) if cfg.target_model is not None else None,
              "default_target": model_dir(cfg.tokenizer),
              "device": cfg.device if cfg.device != "cpu" else None, "dtype": cfg.dtype if cfg.dtype != "auto" else None,
-             "hidden_states": str(cfg.hidden_states) if cfg.hidden_states is not None else None}
+             "hidden_states": str(cfg.hidden_states) if cfg.hidden_states is not None else None,
+             "replay_batch_tokens": cfg.replay_batch_tokens}
     extra = {k: v for k, v in extra.items() if v is not None}
     if not extra:
         return specs
@@ -332,9 +337,10 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     tally = ReplayTally(cfg, [s.label for s in specs], tok)
     stream_of = segment_rule(cfg.partition_by)
     report = server_report if len(cfg.ks) == 1 else (lambda _resp: None)
-    try:
-        for item in iter_workload(cfg.workload, cfg.load, tally.report):
-            req = replayed_request(item, tok, stream_of(item.request) if stream_of is not None else "")
+    pairs = ((item, replayed_request(item, tok, stream_of(item.request) if stream_of is not None else ""))
+             for item in iter_workload(cfg.workload, cfg.load, tally.report))
+    try:  # a hidden-state head's target passes run a block of requests together (offline.replay.prefetched)
+        for item, req in prefetched(pairs, _ids, runners):
             if isinstance(req, str):
                 tally.skip_request(req, item.request.segment)
                 continue
@@ -358,6 +364,11 @@ def simulate(cfg: SimulateConfig, tok: Tokenizer, on_request: Callable[[int], No
     if stream_of is not None:
         tally.notes.append(stream_note(cfg.partition_by, specs))
     return tally.result()
+
+
+def _ids(pair: tuple[WorkloadItem, ReplayedRequest | str]) -> tuple[list[int], list[int]] | None:
+    req = pair[1]
+    return None if isinstance(req, str) else (req.prompt_ids, req.output_ids)
 
 
 def nothing_to_replay(result: SimulateResult, workload: Sequence[Path]) -> str | None:
