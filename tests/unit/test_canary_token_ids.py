@@ -133,6 +133,9 @@ def test_only_the_keys_go_and_anything_doubtful_is_left_as_it_came() -> None:
     # first key, only key, spaces, negative numbers, a list of lists (not ids: left)
     assert strip_json(b'{"choices": [{"token_ids": [1, -2], "index": 0}]}', Absent.drop) == b'{"choices": [{"index": 0}]}'
     assert strip_json(b'{"choices":[{"token_ids":[]}]}', Absent.drop) == b'{"choices":[{}]}'
+    two_first = b'{"choices": [{"token_ids": [1], "prompt_token_ids": [2], "b": 1}], "prompt_token_ids": [3]}'
+    assert strip_json(two_first, Absent.drop) == b'{"choices": [{"b": 1}]}'
+    assert strip_json(two_first, Absent.null) == b'{"choices": [{"token_ids": null, "prompt_token_ids": null, "b": 1}], "prompt_token_ids": null}'
     assert strip_json(b'{"choices":[{"token_ids":[[1]]}]}', Absent.drop) == b'{"choices":[{"token_ids":[[1]]}]}'
     # not JSON, an error body: as it came
     assert strip_json(b'{"token_ids": [1]', Absent.drop) == b'{"token_ids": [1]'

@@ -44,14 +44,59 @@ class Absent(str, Enum):
 #: the dialects whose servers honour ``return_token_ids``, and how each writes the keys when not asked
 ASKING_DIALECTS: dict[str, Absent] = {"vllm": Absent.null, "embedded": Absent.drop}
 
-_IDS = rb"\[[-\d,\s]*\]"  # a flat list of integers: [1, 2, 3]
-_KEY = rb'"(?:prompt_token_ids|token_ids)"\s*:\s*'
-# ', "token_ids": [1, 2]' before "}" or ", ...": the comma and the pair go
-_AFTER_COMMA = re.compile(rb",\s*" + _KEY + _IDS)
-# '{"token_ids": [1], "index": 0}': the pair and the comma after it go, "{" stays
-_FIRST = re.compile(rb"(\{\s*)" + _KEY + _IDS + rb"(?:\s*,\s*)?")
-# the list becomes null
-_AS_NULL = re.compile(rb"([,{]\s*" + _KEY + rb")" + _IDS)
+_INTS = re.compile(rb"[-0-9,\s]*")  # what a flat list of integers holds between its brackets
+_WS = b" \t\r\n"
+
+
+def _skip_ws(raw: bytes, i: int) -> int:
+    while raw[i:i + 1] and raw[i] in _WS:
+        i += 1
+    return i
+
+
+def _cuts(raw: bytes, absent: Absent) -> list[tuple[int, int, bytes]]:
+    """Where the ids are in ``raw`` and what replaces each span (start, end, bytes), in order. A key
+    counts where an unescaped quote starts it after ``{`` or ``,`` and a flat list of integers is its
+    value; anything else is left (the caller's parse check catches what this cannot see).
+
+    drop: ``, "token_ids": [1, 2]`` goes (the comma before it); a first key goes with the comma after
+    it: ``{"token_ids": [1], "index": 0}`` -> ``{"index": 0}``; null: ``[1, 2]`` -> ``null``."""
+    cuts: list[tuple[int, int, bytes]] = []
+    done = 0  # raw[:done] is decided (a later cut never reaches before it)
+    i = 0
+    while (j := raw.find(b'token_ids"', i)) >= 0:
+        i = j + 10
+        if raw[j - 1:j] == b'"':
+            q = j - 1
+        elif raw[j - 8:j] == b'"prompt_':
+            q = j - 8
+        else:
+            continue
+        k = _skip_ws(raw, i)
+        if raw[k:k + 1] != b":":
+            continue
+        k = _skip_ws(raw, k + 1)
+        e = raw.find(b"]", k)
+        if raw[k:k + 1] != b"[" or e < 0 or _INTS.fullmatch(raw, k + 1, e) is None:
+            continue
+        e += 1
+        b = q
+        while b > done and raw[b - 1] in _WS:
+            b -= 1
+        lead = raw[b - 1:b] if b > done else b"{"  # a comma an earlier cut took: this key now comes first
+        if lead not in (b",", b"{") or (b == done and done == 0):
+            continue
+        if absent is Absent.null:
+            cuts.append((k, e, b"null"))
+        elif lead == b",":
+            cuts.append((b - 1, e, b""))
+        else:
+            f = _skip_ws(raw, e)
+            if raw[f:f + 1] == b",":
+                e = _skip_ws(raw, f + 1)
+            cuts.append((q, e, b""))
+        done = i = e
+    return cuts
 
 
 def with_field(body: bytes, obj: dict[str, Any]) -> bytes | None:
@@ -74,52 +119,56 @@ def refused(status: int, raw: bytes) -> bool:
 
 
 def _expected(obj: Any, absent: Absent) -> Any:
-    """``obj`` (a parsed body or chunk) as the server writes it when the ids were not asked for."""
-    if not isinstance(obj, dict):
-        return obj
-    out = _without(obj, absent)
-    choices = out.get("choices")
-    if isinstance(choices, list):
-        out["choices"] = [_without(c, absent) if isinstance(c, dict) else c for c in choices]
-    return out
+    """``obj`` (a freshly parsed body or chunk, changed in place) as the server writes it when the ids
+    were not asked for."""
+    if isinstance(obj, dict):
+        _without(obj, absent)
+        for c in obj.get("choices") or ():
+            if isinstance(c, dict):
+                _without(c, absent)
+    return obj
 
 
-def _without(d: dict[str, Any], absent: Absent) -> dict[str, Any]:
-    if absent is Absent.drop:
-        return {k: v for k, v in d.items() if k not in KEYS}
-    return {k: (None if k in KEYS and isinstance(v, list) else v) for k, v in d.items()}
+def _without(d: dict[str, Any], absent: Absent) -> None:
+    for k in KEYS:
+        if isinstance(d.get(k), list):
+            if absent is Absent.drop:
+                del d[k]
+            else:
+                d[k] = None
 
 
 def strip_json(raw: bytes, absent: Absent) -> bytes:
     """One JSON document (a body, one SSE payload) without the ids; ``raw`` itself when it has none
     or when the byte rewrite does not check out (see the module doc)."""
+    return _strip(raw, absent)[0]
+
+
+def _strip(raw: bytes, absent: Absent) -> tuple[bytes, Any]:
+    """(``strip_json``'s bytes, the stripped document parsed; None when ``raw`` comes back as it came)."""
     if b"token_ids" not in raw:
-        return raw
-    if absent is Absent.drop:
-        out = raw
-        while True:  # adjacent pairs: '{"token_ids": [1], "prompt_token_ids": [2], ...' needs two passes
-            new = _FIRST.sub(rb"\1", _AFTER_COMMA.sub(b"", out))
-            if new == out:
-                break
-            out = new
-    else:
-        out = _AS_NULL.sub(rb"\1null", raw)
-    if out == raw:
-        return raw
+        return raw, None
+    cuts = _cuts(raw, absent)
+    if not cuts:
+        return raw, None
+    parts: list[bytes] = []
+    pos = 0
+    for start, end, new in cuts:
+        parts += (raw[pos:start], new)
+        pos = end
+    parts.append(raw[pos:])
+    out = b"".join(parts)
     try:
-        ok = orjson.loads(out) == _expected(orjson.loads(raw), absent)
+        obj = orjson.loads(out)
+        ok = obj == _expected(orjson.loads(raw), absent)
     except orjson.JSONDecodeError:
         ok = False
-    return out if ok else raw
+    return (out, obj) if ok else (raw, None)
 
 
-def _only_asked_for(payload: bytes) -> bool:
+def _only_asked_for(obj: Any) -> bool:
     """A streamed chat chunk vLLM sends only because token ids were asked: every choice an empty
-    delta, no finish reason, no logprobs (``payload`` already stripped)."""
-    try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return False
+    delta, no finish reason, no logprobs (``obj``: the chunk without the ids)."""
     choices = obj.get("choices") if isinstance(obj, dict) else None
     return bool(choices) and all(isinstance(c, dict) and c.get("delta") == {} and c.get("finish_reason") is None
                                  and c.get("logprobs") is None for c in choices)
@@ -159,10 +208,10 @@ class StreamStripper:
         lead = len(body) - len(body.lstrip())
         payload = body.strip()
         trail = body[lead + len(payload):]
-        new = strip_json(payload, self.absent)
-        if new is payload:
+        new, obj = _strip(payload, self.absent)
+        if obj is None:
             return line
-        if self.absent is Absent.null and _only_asked_for(new):
+        if self.absent is Absent.null and _only_asked_for(obj):
             self._skip_blank = True
             return b""
         return b"data:" + body[:lead] + new + trail
