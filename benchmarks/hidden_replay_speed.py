@@ -8,10 +8,15 @@ The replay cannot be faster than one target forward over the same tokens. This p
   on the head's layers, no lm_head);
 * **head chains** — ``chain.draft_ids`` over the same positions (every chain of k drafts at once, the
   lm_head only where a chain is still alive, as the replay runs it);
-* **whole replay** — ``Eagle3Drafter.replay_arrays`` per request (the two above, argmaxes, runs);
+* **whole replay** — ``Eagle3Drafter.replay_arrays`` per request (the two above, argmaxes, runs), one
+  target pass per request (``replay_batch_tokens=0``);
+* **batched replay** — the same replay as ``simulate`` runs it: the requests' target passes run together
+  first (``prefetch``: shortest first, right-padded, ``--batch-tokens`` padded tokens per forward), then
+  ``replay_arrays`` per request reads them back;
 
-and the whole replay's ratio to the bare forward (repeats interleaved round-robin, medians) (goal: >= 0.8x on the CPU with a ~100M-parameter
-model). With a GPU (``--device cuda``; ROCm is cuda too), ``--shape llama3-8b`` runs a Llama-3-8B-shaped
+and the ratios, each the median over the repeats of the two sides timed in the same round (repeats
+interleaved round-robin): whole replay / bare forward (goal: >= 0.8x on the CPU with a ~100M-parameter
+model) and batched replay / whole replay. With a GPU (``--device cuda``; ROCm is cuda too), ``--shape llama3-8b`` runs a Llama-3-8B-shaped
 random-weight target in bfloat16 and prints the fraction of the card's bf16 dense peak; without one it
 prints "no GPU was available". Weights are random: speed does not depend on them.
 
@@ -35,6 +40,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
+from specgauge.drafters._hidden import REPLAY_BATCH_TOKENS  # noqa: E402
 from specgauge.drafters.base import make_drafter  # noqa: E402
 from specgauge.drafters.heads import chain  # noqa: E402
 from specgauge.drafters.heads.make import eagle3_config, new_head, save_head  # noqa: E402
@@ -61,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=4)
     p.add_argument("--prompt", type=int, default=256, help="prompt tokens per request")
     p.add_argument("--output", type=int, default=256, help="output tokens per request")
+    p.add_argument("--spread", type=float, default=0.0,
+                   help="lengths drawn uniformly within +-SPREAD x --prompt / --output (0: all alike)")
+    p.add_argument("--batch-tokens", type=int, default=REPLAY_BATCH_TOKENS, help="batched replay: padded tokens per forward")
     p.add_argument("--k", type=int, default=5, help="chain length replayed (kmax)")
     p.add_argument("--draft-vocab", type=int, default=32000)
     p.add_argument("--repeats", type=int, default=3)
@@ -68,8 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def timed(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, float]:
-    """Median wall seconds of each of ``fns`` after one warm-up call each, the repeats interleaved
+def timed(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, list[float]]:
+    """Wall seconds of each of ``fns`` per repeat after one warm-up call each, the repeats interleaved
     (round-robin), so a machine whose load drifts slows every side alike."""
     for fn in fns.values():
         fn()
@@ -83,7 +92,12 @@ def timed(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             out[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) for name, v in out.items()}
+    return out
+
+
+def paired(times: dict[str, list[float]], num: str, den: str) -> float:
+    """Median over the repeats of time[den] / time[num] in the same round: how many times faster ``num`` is."""
+    return statistics.median(d / n for n, d in zip(times[num], times[den], strict=True))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -108,15 +122,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     N = cfg.num_hidden_layers
     aux = (2, N // 2, N - 3)
     g = torch.Generator().manual_seed(1)
-    reqs = [(torch.randint(0, cfg.vocab_size, (a.prompt,), generator=g).tolist(),
-             torch.randint(0, cfg.vocab_size, (a.output,), generator=g).tolist()) for _ in range(a.requests)]
+
+    def length(n: int) -> int:
+        lo, hi = max(1, round(n * (1 - a.spread))), max(1, round(n * (1 + a.spread)))
+        return int(torch.randint(lo, hi + 1, (1,), generator=g))
+
+    reqs = [(torch.randint(0, cfg.vocab_size, (length(a.prompt),), generator=g).tolist(),
+             torch.randint(0, cfg.vocab_size, (length(a.output),), generator=g).tolist()) for _ in range(a.requests)]
     tokens = sum(len(p) + len(o) for p, o in reqs)
     with tempfile.TemporaryDirectory() as tmp:
         head = new_head(eagle3_config(target, draft_vocab_size=min(a.draft_vocab, cfg.vocab_size), aux_layer_ids=aux),
                         target, seed=2, draft_to_target=torch.arange(min(a.draft_vocab, cfg.vocab_size)))
         hdir = save_head(head, Path(tmp) / "head", N, dtype=dtype)
         del head
-        drafter = make_drafter("eagle3", model=str(hdir), target_model=target, dtype=dtype)
+        drafter = make_drafter("eagle3", model=str(hdir), target_model=target, dtype=dtype, replay_batch_tokens=0)
+        batching = make_drafter("eagle3", model=str(hdir), target_model=target, dtype=dtype,
+                                replay_batch_tokens=a.batch_tokens)
         ids = [torch.tensor(p + o, device=dev) for p, o in reqs]
 
         def bare() -> None:
@@ -139,17 +160,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for p, o in reqs:
                 drafter.replay_arrays(p, o, a.k)
 
-        t = timed({"bare forward": bare, "target pass": target_pass, "head chains": chains, "whole replay": whole},
-                  a.repeats, dev)
+        def batched() -> None:
+            batching.prefetch([])  # a block replaces the one before: nothing from the last round is kept
+            batching.prefetch(reqs)  # simulate hands a block of its budget; here all requests are one block
+            for p, o in reqs:
+                batching.replay_arrays(p, o, a.k)
+
+        times = timed({"bare forward": bare, "target pass": target_pass, "head chains": chains, "whole replay": whole,
+                       "batched replay": batched}, a.repeats, dev)
+        t = {name: statistics.median(v) for name, v in times.items()}
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"{shape}: {n_params / 1e6:.0f}M parameters, {dtype}, {where}; {a.requests} requests x "
-          f"{a.prompt}+{a.output} tokens, EAGLE-3 head (aux {aux}, draft vocab {min(a.draft_vocab, cfg.vocab_size)}), k={a.k}")
+          f"{a.prompt}+{a.output} tokens (+-{a.spread:.0%}; {tokens} in all), EAGLE-3 head (aux {aux}, draft vocab {min(a.draft_vocab, cfg.vocab_size)}), k={a.k}")
     for name, s in t.items():
-        print(f"  {name:<13} {tokens / s:>12,.0f} tokens/s  ({s:.3f} s)")
-    ratio = t["bare forward"] / t["whole replay"]
+        print(f"  {name:<14} {tokens / s:>12,.0f} tokens/s  ({s:.3f} s)")
+    ratio = paired(times, "whole replay", "bare forward")
+    gain = paired(times, "batched replay", "whole replay")
     print(f"  whole replay / bare forward: {ratio:.2f}x  (goal >= 0.80x)")
+    print(f"  batched replay / bare forward: {paired(times, 'batched replay', 'bare forward'):.2f}x")
+    print(f"  batched replay / whole replay: {gain:.2f}x  (--batch-tokens {a.batch_tokens})")
     res: dict[str, Any] = {"shape": shape, "device": where, "tokens_per_s": {k: tokens / s for k, s in t.items()},
-                           "ratio": ratio}
+                           "ratio": ratio, "batched_gain": gain}
     if dev.type == "cuda":
         flops = 2 * body * tokens / t["target pass"]  # matmul FLOPs of the decoder (attention scores left out)
         peak = next((v for k, v in BF16_PEAK.items() if k in where), None)

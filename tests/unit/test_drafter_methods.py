@@ -7,8 +7,8 @@ Each head is trained for a few dozen steps on the target's greedy continuations 
 so drafts get accepted; the loop generates, its outputs are logged, and ``simulate --per-request`` and
 the replay's per-step counts must equal the loop's, request by request (greedy). The final step is held
 to the open-end rule: equal unless every draft matched up to the logged end (then a lower bound).
-``simulate`` runs twice: with the target passes of the requests batched (the default) and one request per
-pass (``--replay-batch-tokens 0``); their rows must be equal."""
+``simulate`` runs twice: one request per target pass (the default on the CPU) and with the requests'
+passes batched (``--replay-batch-tokens 8192``, a GPU's default); their rows must be equal."""
 
 from __future__ import annotations
 
@@ -63,12 +63,12 @@ def _check(tmp: Path, target: TransformersTarget, head: Any, draft: Any, method:
     rows = tmp / "rows.jsonl"
     args = ["simulate", str(log), "--target-model", str(tdir), "--device", "cpu", "-k", str(K), "--json"]
     args += ["--speculative-config", json.dumps(spec_json)] if spec_json else ["--method", method]
-    with forward_rows() as batched:
+    with forward_rows() as single:  # one request per target forward (the default on the CPU)
         got = _simulate(args, rows)
-    assert max(batched) > 1, batched  # the target passes of several requests ran in one forward (the default)
-    with forward_rows() as single:  # one request per target forward: the figures are the same
-        assert _simulate([*args, "--replay-batch-tokens", "0"], tmp / "rows0.jsonl") == got
     assert single == [1] * len(prompts), single
+    with forward_rows() as batched:  # the target passes of several requests in one forward: the same figures
+        assert _simulate([*args, "--replay-batch-tokens", "8192"], tmp / "rows_batched.jsonl") == got
+    assert max(batched) > 1, batched
     spec = (MethodSpec.parse(method) if not spec_json
             else MethodSpec.from_config(SpeculativeConfig.model_validate(spec_json)))
     spec = spec.model_copy(update={"options": {**spec.options, "target": str(tdir)}})

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from specgauge import models  # noqa: E402
-from specgauge.drafters._hidden import pass_block  # noqa: E402
+from specgauge.drafters._hidden import REPLAY_BATCH_TOKENS, default_batch_tokens, pass_block  # noqa: E402
 from specgauge.offline.replay import MethodReplay, MethodSpec, ReplayError, prefetched  # noqa: E402
 from tests._target_batches import forward_rows  # noqa: E402
 
@@ -119,3 +119,12 @@ def test_a_request_the_replay_refuses_fails_naming_itself_as_without_batching() 
             runner.traces(f"r{i}", "log", *x)
             done.append(i)
     assert done == [0]
+
+
+def test_the_default_batches_on_a_gpu_only() -> None:
+    """On the CPU batching measured no faster (docs/hidden-states.md): one request per pass there; on
+    a GPU (a torch.device, no card needed) a block of REPLAY_BATCH_TOKENS."""
+    assert default_batch_tokens(torch.device("cpu")) == 0
+    assert default_batch_tokens(torch.device("cuda", 0)) == REPLAY_BATCH_TOKENS > 0
+    spec = MethodSpec.parse(f"eagle3:{models.eagle3_dir()}")
+    assert MethodReplay(spec, [3]).block_tokens == 0  # the shipped target opens on the CPU

@@ -7,8 +7,8 @@ step, the head drafting from scratch), the outputs are logged, and ``simulate LO
 per-step drafted / accepted counts (greedy). The final step is held to item 4's rule: equal unless
 every draft matched up to the logged end (then the row carries guaranteed bounds, which must hold the
 loop's count: issue 38 item 4, implemented for every stateless drafter by ``drafters.base.final_step_bounds``).
-``simulate`` batches the requests' target passes (right-padded, one forward) by default; with
-``--replay-batch-tokens 0`` (one request per forward) its rows must be the same."""
+``simulate`` runs one request per target forward on the CPU by default; with ``--replay-batch-tokens
+8192`` (a GPU's default: the requests' passes right-padded in one forward) its rows must be the same."""
 
 from __future__ import annotations
 
@@ -60,12 +60,12 @@ def test_simulate_on_a_real_architecture_equals_the_reference_loop(name: str, tm
 
     args = ["simulate", str(log), "--method", f"eagle3:{hdir}", "--target-model", str(tdir), "--device", "cpu",
             "-k", str(K), "--json"]
-    with forward_rows() as batched:
+    with forward_rows() as single:  # one request per target forward (the default on the CPU)
         got = _simulate(args, tmp_path / "rows.jsonl")
-    assert batched == [len(prompts)], batched  # both requests' target passes in one forward (the default)
-    with forward_rows() as single:  # one request per forward: the same rows
-        assert _simulate([*args, "--replay-batch-tokens", "0"], tmp_path / "rows0.jsonl") == got
     assert single == [1] * len(prompts), single
+    with forward_rows() as batched:  # both requests' target passes in one forward (a GPU's default): the same rows
+        assert _simulate([*args, "--replay-batch-tokens", "8192"], tmp_path / "rows_batched.jsonl") == got
+    assert batched == [len(prompts)], batched
 
     spec = MethodSpec.parse(f"eagle3:{hdir}").model_copy(update={"options": {"model": str(hdir), "target": str(tdir)}})
     replay = MethodReplay(spec, [K])

@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 #: padded tokens of the requests whose target passes an offline replay runs together (``HiddenFeed.prefetch``;
-#: simulate ``--replay-batch-tokens``); 0: one request per pass. Bounds the passes held (one block per
-#: target and layer set) and each batched forward (rows x longest).
+#: simulate ``--replay-batch-tokens``) on a GPU; 0: one request per pass, the default on the CPU, where
+#: batching measured no faster (benchmarks/hidden_replay_speed.py: docs/hidden-states.md). Bounds the
+#: passes held (one block per target and layer set) and each batched forward (rows x longest).
 REPLAY_BATCH_TOKENS = 8192
+
+
+def default_batch_tokens(device: Any) -> int:
+    """``REPLAY_BATCH_TOKENS`` for a target on a GPU (a forward of a few hundred tokens costs what one
+    of a few thousand does: shared/design.md, "the step cost has a knee"), 0 on the CPU."""
+    return 0 if getattr(device, "type", str(device)) == "cpu" else REPLAY_BATCH_TOKENS
 
 
 def resolve_target(head_dir: Path, target: str | Path | None, default_target: str | Path | None = None) -> tuple[str | Path, str]:
@@ -173,13 +180,14 @@ class HiddenFeed:
         hidden_states: str | Path | None = None,
         max_model_len: int = 2048,
         num_speculative_tokens: int = 8,
-        replay_batch_tokens: int = REPLAY_BATCH_TOKENS,
+        replay_batch_tokens: int | None = None,
         **_: Any,
     ) -> None:
         """Open the head at ``model`` and its target (the engine's ``target_model``, else the one
         :func:`resolve_target` finds, on ``device``; with ``hidden_states``, vLLM's dumps in that
         directory stand in for running it); the head runs in ``dtype`` (the target too, where this
-        drafter opens it). ``replay_batch_tokens``: see :meth:`prefetch`."""
+        drafter opens it). ``replay_batch_tokens``: see :meth:`prefetch` (None: ``default_batch_tokens``
+        of the target's device)."""
         from specgauge.drafters.heads.config import HeadLoadError
         from specgauge.drafters.heads.loader import load_head
         from specgauge.targets.base import TargetError
@@ -205,6 +213,8 @@ class HiddenFeed:
         self._dtype = dt
         self._device = self.head_device = next(self.head.parameters()).device
         self._req = {}
+        if replay_batch_tokens is None:
+            replay_batch_tokens = default_batch_tokens(self.target.device)
         if replay_batch_tokens < 0:
             raise ValueError(f"replay_batch_tokens must be >= 0 (0: one request per target pass), got {replay_batch_tokens}")
         self.replay_batch_tokens = int(replay_batch_tokens)

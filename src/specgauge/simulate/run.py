@@ -85,7 +85,7 @@ class SimulateConfig(BaseModel):
     #: hidden-state heads: a directory of vLLM's own hidden-state dumps read instead of running the target
     hidden_states: Path | None = None
     #: hidden-state heads: padded tokens of the requests whose target passes run together (0: one request
-    #: per pass); None: the drafter's default (``drafters._hidden.REPLAY_BATCH_TOKENS``)
+    #: per pass); None: the drafter's default for the device (``drafters._hidden.default_batch_tokens``)
     replay_batch_tokens: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
