@@ -87,13 +87,15 @@ def test_ray_replay_equals_single_process(cluster: str, tok, tmp_path: Path) -> 
 
 def test_ray_replay_of_a_hidden_state_head_equals_single_process(cluster: str, tok, tmp_path: Path) -> None:
     """The shipped EAGLE-3 head (its target run by transformers in every actor, loaded once per actor;
-    CPU actors here, one per GPU with --device cuda): the same result and rows as without Ray."""
+    CPU actors here, one per GPU with --device cuda), the requests' target passes batched as on a GPU
+    (each actor per record block, the single process per its own blocks): the same result and rows as
+    without Ray."""
     from specgauge.cli.common import workload_paths
     from specgauge.simulate.run import SimulateConfig
     from specgauge.workload.loaders import LoadOptions
 
     cfg = SimulateConfig(workload=workload_paths(None), load=LoadOptions(limit=6), ks=[1, 3],
-                         methods=[f"eagle3:{MODELS / 'tiny-eagle3'}"], device="cpu")
+                         methods=[f"eagle3:{MODELS / 'tiny-eagle3'}"], device="cpu", replay_batch_tokens=8192)
     one, many, spread = _run_both(cfg, tok, tmp_path, block_tokens=1024)
     assert "actor pool" in spread.per_request_stage and one.requests_replayed == 6
     assert all(s.accepted_tokens > 0 for s in one.overall.summaries)
