@@ -101,13 +101,19 @@ def test_synthetic_points_predict_k8_at_64(setup: GpuSetup) -> None:
     assert all(not p.unidentified for p in preds) and not res.proposed, ([p.unidentified for p in preds], res.proposed)  # type: ignore[attr-defined]
 
 
-def test_a_hidden_host_proposer_is_not_asserted_and_one_run_identifies_it(setup: GpuSetup) -> None:
+def _suffix_at_1_and_4(setup: GpuSetup, where: str) -> tuple[CellSpec, float, CalibrateConfig]:
+    """Suffix k = 4 at 64 (its cell and measured speedup), and a calibration of it at 1 and 4 asked about 64."""
     suffix = grid_method("suffix", 4)
-    label = config_label(suffix)
-    cell = CellSpec(label=label, speculative_config=suffix, concurrency=ASK)
-    truth = _measured(setup, [cell], "sweep-host")[label]
-    cfg = CalibrateConfig(workload=[setup.workload], out_dir=setup.out / "cal-host", methods=["suffix"], ks={"suffix": 4},
+    cell = CellSpec(label=config_label(suffix), speculative_config=suffix, concurrency=ASK)
+    truth = _measured(setup, [cell], f"sweep-{where}")[cell.label]
+    cfg = CalibrateConfig(workload=[setup.workload], out_dir=setup.out / f"cal-{where}", methods=["suffix"], ks={"suffix": 4},
                           concurrencies=[1, 4], num_prompts=8, bootstrap=30, warmup=0, ask_concurrency=[ASK])
+    return cell, truth, cfg
+
+
+def test_a_hidden_host_proposer_is_not_asserted_and_one_run_identifies_it(setup: GpuSetup) -> None:
+    cell, truth, cfg = _suffix_at_1_and_4(setup, "host")
+    label, suffix = cell.label, cell.speculative_config
     res = _calibrate(setup, cfg)
     prof = res.profile  # type: ignore[attr-defined]
     assert "host_par[suffix]" not in prof.params and "suffix" in prof.measured.hidden_host_bound, prof.params
@@ -134,12 +140,7 @@ def test_a_hidden_host_proposer_is_not_asserted_and_one_run_identifies_it(setup:
                    "of 7.8 ms instead of the overlapping host_par[suffix] (2 ms), and predicts suffix k=4 at 64 at 0.437x "
                    "against 0.609x (-28 %); over real HTTP the same refit landed at +0.4 % (docs/calibration-gpu.md)")
 def test_the_identified_host_proposer_predicts_64(setup: GpuSetup) -> None:
-    suffix = grid_method("suffix", 4)
-    label = config_label(suffix)
-    cell = CellSpec(label=label, speculative_config=suffix, concurrency=ASK)
-    truth = _measured(setup, [cell], "sweep-host2")[label]
-    cfg = CalibrateConfig(workload=[setup.workload], out_dir=setup.out / "cal-identify2", methods=["suffix"], ks={"suffix": 4},
-                          concurrencies=[1, 4], num_prompts=8, bootstrap=30, warmup=0, ask_concurrency=[ASK])
+    cell, truth, cfg = _suffix_at_1_and_4(setup, "identify2")
     res2 = _calibrate(setup, cfg, [cell, CellSpec(label="off", speculative_config=None, concurrency=ASK)])
     prof2 = res2.profile  # type: ignore[attr-defined]
     (p2,) = predict_cells(prof2, [setup.workload], [cell], num_prompts=setup.num_prompts, reused_server=True, replay=setup.replay)
