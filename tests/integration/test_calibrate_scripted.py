@@ -143,14 +143,18 @@ def test_paired_calibration_runs_every_pair_and_tracks_the_suffix_cache_per_repe
 @pytest.mark.slow
 def test_the_virtual_clock_writes_what_bench_records_of_the_real_server(workload: Path, tmp_path: Path) -> None:
     """The virtual runs the law's figures are checked on are the real server's runs less the timing: at
-    concurrency 1 (each request alone, so no batching can differ) bench over real HTTP and the virtual
-    clock give the same requests, the same tokens per chunk and the same per-step drafts and acceptances
-    (suffix's cache included) — only the times differ, and those are not compared."""
+    concurrency 1 (each request alone, so no batching can differ), twice on the same servers, bench over
+    real HTTP and the virtual clock give the same requests, the same tokens per chunk and the same per-step
+    drafts and acceptances (suffix's cache holding the first run included) — only the times differ, and
+    those are not compared."""
     specs = dict([("off", None), spec("ngram", 4), spec("suffix", 4)])
     cells = [CellSpec(label=lb, speculative_config=s, concurrency=1) for lb, s in specs.items()]
+    runs = ("first", "again")  # twice on the same servers: suffix's cache then holds the first run (sampled outputs too)
     with ExitStack() as stack:
-        grid = run_grid(cells, serve(stack, workload, specs), [workload], tmp_path / "http", num_prompts=8, warmup=0)
-    virt = law_servers(workload, LAW).grid(tmp_path / "virtual", [(c, 8) for c in cells])
+        target = serve(stack, workload, specs)
+        http = {r: run_grid(cells, target, [workload], tmp_path / "http" / r, num_prompts=8, warmup=0) for r in runs}
+    servers = law_servers(workload, LAW)
+    virt = {r: servers.grid(tmp_path / "virtual" / r, [(c, 8) for c in cells]) for r in runs}
 
     def shape(d: Path) -> dict[str, tuple]:
         out = {}
@@ -160,6 +164,7 @@ def test_the_virtual_clock_writes_what_bench_records_of_the_real_server(workload
                          sd.get("per_step_accepted"), r.spec.model_dump(exclude={"source"}) if r.spec else None)
         return out
 
-    for c in cells:
-        live, synth = shape(grid.cell_dir(c.label, 1)), shape(virt[(c.label, 1)])
-        assert len(live) == 8 and live == synth, c.label
+    for r in runs:
+        for c in cells:
+            live, synth = shape(http[r].cell_dir(c.label, 1)), shape(virt[r][(c.label, 1)])
+            assert len(live) == 8 and live == synth, (r, c.label)

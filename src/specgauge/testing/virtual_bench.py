@@ -49,14 +49,17 @@ ELL = 6e-4
 StepFn = Callable[..., float]
 
 
-def planned_run(replay: WorkloadReplay, spec: dict[str, Any] | None, run: int = 0) -> list[PlannedRequest]:
+def planned_run(replay: WorkloadReplay, spec: dict[str, Any] | None, run: int = 0,
+                sampled_repeat: bool = False) -> list[PlannedRequest]:
     """What the scripted server does with each request of ``replay`` under ``spec`` in its run ``run`` over
-    the same requests: the replayed steps (a suffix cache holding the ``run`` earlier runs), or for a
-    synthetic config the drafter's proposal per position with acceptance drawn as the server draws it."""
+    the same requests: the replayed steps (a suffix cache holding the ``run`` earlier runs; ``sampled_repeat``:
+    their sampled requests' outputs too, as a live-drafting scripted server, which emits the logged output
+    at any temperature, has them), or for a synthetic config the drafter's proposal per position with
+    acceptance drawn as the server draws it."""
     prior = prior_requests(len(replay.requests), 0, run)
     _, _, cfg = resolve_spec(spec)
     if cfg is None or not cfg.synthetic:
-        return replay.planned(spec, prior)
+        return replay.planned(spec, prior, sampled_repeat)
     assert spec is not None
     rates = conditional_rates(cfg.synthetic_rates())
     out = []
@@ -70,14 +73,14 @@ def planned_run(replay: WorkloadReplay, spec: dict[str, Any] | None, run: int = 
 
 def write_run(out_dir: Path, workload: Path, replay: WorkloadReplay, cell: CellSpec, step_fn: StepFn, *,
               run: int = 0, ell: float = ELL, t0: float = 0.0, server: dict[str, Any] | None = None,
-              num_prompts: int | None = None) -> float:
+              num_prompts: int | None = None, sampled_repeat: bool = False) -> float:
     """One virtual bench run (closed loop at ``cell.concurrency`` over the first ``num_prompts`` of
     ``replay``'s requests — bench's plan — all of them by default) into ``out_dir``: results.jsonl, run.json
     and cell.json, as bench and calibrate write them. ``t0``: its first send (Unix s; runs of one server
     go in order of it); returns when its last response ended, for the next run's ``t0``."""
     spec = cell.speculative_config
     method, k, _ = resolve_spec(spec)
-    reqs = planned_run(replay, spec, run)[:num_prompts]
+    reqs = planned_run(replay, spec, run, sampled_repeat)[:num_prompts]
     durations: list[float] = []
 
     def timed(*row: int) -> float:
@@ -141,6 +144,9 @@ class VirtualServers:
     #: replay of each run's own requests with r runs like it before (the live-drafting server's state when
     #: every run sends the same requests)
     server_prompts: int | None = None
+    #: a stateful drafter's earlier runs hold their sampled requests' outputs (the live-drafting server:
+    #: it emits the logged output at any temperature); False: as ``replay_traces`` plans the GPU-shaped one
+    sampled_repeat: bool = False
     _replays: dict[int, WorkloadReplay] = field(default_factory=dict)
 
     def replay(self, num_prompts: int) -> WorkloadReplay:
@@ -157,7 +163,8 @@ class VirtualServers:
         served = self.server_prompts or num_prompts
         assert num_prompts <= served, (num_prompts, served)
         end = write_run(out_dir, self.workload, self.replay(served), cell, self.step_fn_of(cell.speculative_config),
-                        run=run, ell=self.ell, t0=self.clock, server=self.server, num_prompts=num_prompts)
+                        run=run, ell=self.ell, t0=self.clock, server=self.server, num_prompts=num_prompts,
+                        sampled_repeat=self.sampled_repeat)
         self.clock = end + 1.0
         return out_dir
 
@@ -185,7 +192,7 @@ def law_servers(workload: Path, law: dict[str, float], shape: str = "flattened",
         method, k, _ = resolve_spec(spec)
         return step_function(law, shape, method, k)
 
-    return VirtualServers(workload, fn, ell, {"law": dict(law), "shape": shape})
+    return VirtualServers(workload, fn, ell, {"law": dict(law), "shape": shape}, sampled_repeat=True)
 
 
 def gpu_servers(workload: Path, curve: Path, costs: Any, num_prompts: int, ell: float = ELL,
