@@ -66,6 +66,9 @@ def test_a_log_replayed_from_vllm_dumps_equals_the_replay_from_the_model(case: d
     from_dumps = _rows(str(case["log"]), *base, "--hidden-states", str(dumps), out=tmp / "b.jsonl")
     assert from_model == from_dumps
     assert sum(r["accepted_tokens"] for r in from_model.values()) > 0
+    # the replay's block prefetch (a GPU's default) reads the dumps ahead: the same rows
+    assert _rows(str(case["log"]), *base, "--hidden-states", str(dumps), "--replay-batch-tokens", "8192",
+                 out=tmp / "c.jsonl") == from_dumps
 
 
 def test_an_mtp_head_reads_the_final_norm_through_the_checkpoint(case: dict) -> None:  # type: ignore[type-arg]
