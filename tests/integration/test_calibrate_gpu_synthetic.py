@@ -69,6 +69,7 @@ def _calibrate(setup: GpuSetup, cfg: CalibrateConfig, extra: list[CellSpec] = ()
     return run_calibration(cfg.model_copy(update={"from_runs": list(dirs.values())}), replay=setup.replay)
 
 
+@pytest.mark.slow  # the draft model's teacher-forced replay of 128 requests: ~25 s on 2 loaded cores
 def test_synthetic_points_predict_k8_at_64(setup: GpuSetup) -> None:
     dm = setup.draft_model
     cfg = CalibrateConfig(workload=[setup.workload], out_dir=setup.out / "cal-syn", methods=["ngram", dm],
