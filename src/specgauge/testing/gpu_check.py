@@ -3,7 +3,7 @@
 Shared by ``benchmarks/predict_gpu.py`` (prints it) and ``tests/integration/test_gpu_scripted.py``
 (asserts it). The servers (``testing.scripted_server`` with a measured GPU curve, ``predict.gpu_curve``)
 run in a process of their own over real HTTP; each config's drafts per step come from the replay of
-the real drafters (``scripted_server.replay_traces``), per run the server serves. The curve is an
+the real drafters (``scripted_drafts.replay_traces``), per run the server serves. The curve is an
 explicit argument (the repository's is ``tests/data/gpu/h200-llama3-8b-costs.json``; a wheel holds none).
 
 ``run_gpu_check``:
@@ -40,7 +40,7 @@ from specgauge.predict.gpu_curve import GpuCurve, GpuServerCosts, gpu_step_funct
 from specgauge.predict.profile import StepCostProfile
 from specgauge.predict.replay import WorkloadReplay, prior_requests
 from specgauge.predict.schedule import simulate_schedule, timeline
-from specgauge.testing.scripted_server import Traces, replay_traces
+from specgauge.testing.scripted_drafts import Traces, replay_traces
 from specgauge.testing.server_process import ServerProcess
 from specgauge.predict.types import CellPrediction
 from specgauge.recommend import RecommendSettings, recommend

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from specgauge.testing.scripted_server import Traces
+from specgauge.testing.scripted_drafts import Traces
 
 
 class ServerProcess:

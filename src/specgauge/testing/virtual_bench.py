@@ -11,7 +11,7 @@ chunks at the ends of the steps it ran in (plus half the HTTP round trip ``ell``
 the server's per-request counts with ``per_step_drafted`` / ``per_step_accepted`` (vLLM's ``detailed``).
 Drafts per step come from the replay of the real drafters (what the scripted server answers with when
 given ``traces``); a synthetic-acceptance config draws its acceptance with the scripted server's own
-draws (``scripted_server.synthetic_steps``: per request, seeded by the request and the run).
+draws (``scripted_drafts.synthetic_steps``: per request, seeded by the request and the run).
 
 So calibrate → fit → predict can be held to near-exact equalities: the truth is the law, the records
 carry no noise, and the same inputs give the same verdict on any machine. What this cannot test —
@@ -40,7 +40,7 @@ from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spe
 from specgauge.predict.schedule import PlannedRequest, simulate_schedule, step_ends
 from specgauge.predict.types import CellSpec
 from specgauge.records import Chunk, RequestRecord, TokenCountSource
-from specgauge.testing.scripted_server import conditional_rates, synthetic_steps, trace_key
+from specgauge.testing.scripted_drafts import synthetic_steps, trace_key
 
 #: the HTTP round trip of the virtual client (s): a loopback request's, as the fit's ``ell`` sees it
 ELL = 6e-4
@@ -61,6 +61,8 @@ def planned_run(replay: WorkloadReplay, spec: dict[str, Any] | None, run: int = 
     if cfg is None or not cfg.synthetic:
         return replay.planned(spec, prior, sampled_repeat)
     assert spec is not None
+    from specgauge.engine.batch_verify import conditional_rates  # the engine's (it imports torch: only here)
+
     rates = conditional_rates(cfg.synthetic_rates())
     out = []
     for lr, pt in zip(replay.requests, replay.positions(spec, prior), strict=True):
@@ -140,7 +142,7 @@ class VirtualServers:
     clock: float = 1.0e9  #: the virtual Unix time of the next run's first send
     runs: dict[str, int] = field(default_factory=dict)
     #: the GPU-shaped scripted server's ``--num-prompts``: its drafts for run r are the replay of that many
-    #: requests with r such runs before (``scripted_server.replay_traces``), whatever a run sends; None: the
+    #: requests with r such runs before (``scripted_drafts.replay_traces``), whatever a run sends; None: the
     #: replay of each run's own requests with r runs like it before (the live-drafting server's state when
     #: every run sends the same requests)
     server_prompts: int | None = None
