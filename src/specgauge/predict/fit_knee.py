@@ -8,9 +8,10 @@ verification shape; ``extend`` then tries, on that shape:
    residual;
 2. a **host proposer overlapping the step** (per model-free method ``m``): ``T_s = max(L_s,
    host_par[m]·B_s + host_par0[m])``. Not linear in its parameters, so each row is the sum over its
-   steps of that max. At a fixed host cost it is linear once it is known which steps the host sets:
-   NNLS and that mask alternate to a fixed point (``fit_hidden``); the host cost per request is
-   searched on a grid of the steps' own cost per request, then by a bounded scalar search (``search_host``).
+   steps of that max. At a fixed host cost per request it is linear once it is known which steps the
+   host sets (``host_par0`` then a column of those steps): NNLS and that mask alternate to a fixed point
+   (``fit_hidden``); the host cost per request is searched on a grid of the steps' own cost per request
+   under the current law (and the current host cost), then by a bounded scalar search (``search_host``).
 
 Each extension stays only when it earns its parameters: the residual sum of squares must fall by at
 least ``MIN_GAIN`` and the Bayesian information criterion must improve. A CPU server's rows (linear
@@ -98,11 +99,12 @@ def predict_rows(st: Steps, theta: np.ndarray, hidx: Sequence[tuple[int, int]]) 
 def fit_hidden(st: Steps, theta0: np.ndarray, hidx: Sequence[tuple[int, int]], idx: np.ndarray | None = None,
                solve: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
                iters: int = 6) -> np.ndarray:
-    """The max-shaped law at fixed host costs (``theta0``'s host entries): alternate between which steps
-    the host sets (the mask) and an NNLS of the other steps' linear law on what the host steps leave."""
+    """The max-shaped law at fixed host costs per request (``theta0``'s ``host_par`` entries): alternate
+    between which steps the host sets (the mask) and an NNLS of the other steps' linear law and the host
+    steps' fixed part ``host_par0`` on what the host's per-request cost leaves."""
     rows = np.arange(len(st.y)) if idx is None else idx
     theta = theta0.copy()
-    fixed = [i for pair in hidx for i in pair]
+    fixed = [ih for ih, _ in hidx]
     free = np.setdiff1d(np.arange(len(theta)), fixed)
     nnls = solve or _nnls
     prev: np.ndarray | None = None
@@ -112,10 +114,12 @@ def fit_hidden(st: Steps, theta0: np.ndarray, hidx: Sequence[tuple[int, int]], i
             break
         prev = mask
         host = np.zeros(len(st.batch))
+        phi = st.phi * (~mask)[:, None]
         for mi, (ih, ih0) in enumerate(hidx):
             on = mask & (st.method == mi)
-            host[on] = theta[ih] * st.batch[on] + theta[ih0]
-        X = st.sums(st.phi[:, free] * (~mask)[:, None])
+            host[on] = theta[ih] * st.batch[on]
+            phi[:, ih0] = on  # host_par0: linear once the mask is known, fitted with the rest
+        X = st.sums(phi[:, free])
         yy = st.y - st.sums(host)
         theta[free] = nnls(X[rows], yy[rows], np.ones(len(rows)))
     return theta
@@ -244,12 +248,17 @@ class _Search:
         st = expand(self.rows, self.shape, trial, knee, [*others, m])
         hidx = _host_index(trial, [*others, m])
         start = np.asarray([cur.get(nm, 0.0) for nm in trial])
-        lin = st.phi @ start
         on = (st.method == len(others)) & (st.batch > 0)
         if not on.any():
             return None
-        per_req = lin[on] / st.batch[on]
-        grid = np.unique(np.concatenate([[0.0], np.quantile(per_req, [0.3, 0.6, 0.8, 0.9, 1.0]) * [1, 1, 1, 1, 1.2]]))
+        # the grid spans the steps' cost per request under the current law, the host included where it sets
+        # the step: once ``m``'s host carries the large batches, the linear part alone no longer reaches its
+        # cost (round two's grid then missed it, and the host was dropped for the in-series host[m]); and it
+        # holds ``m``'s current host cost, so a round never loses the point it started from
+        step = np.maximum(st.phi @ start, start[hidx[-1][0]] * st.batch + start[hidx[-1][1]])
+        per_req = step[on] / st.batch[on]
+        current = [start[hidx[-1][0]]] if start[hidx[-1][0]] > 0 else []
+        grid = np.unique(np.concatenate([[0.0], current, np.quantile(per_req, [0.3, 0.6, 0.8, 0.9, 1.0]) * [1, 1, 1, 1, 1.2]]))
         ssr, th = search_host(st, start, hidx, len(others), self.kept, self.solve, grid)
         if th[hidx[-1][0]] > 0 and _better(ssr, ssr_wo, n, 2):
             return [*others, m], {nm: float(v) for nm, v in zip(trial, th, strict=True)}, ssr
