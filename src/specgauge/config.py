@@ -9,7 +9,7 @@ from __future__ import annotations
 from specgauge.errors import UserError
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -151,6 +151,12 @@ def resolve_spec(spec: dict[str, Any] | None) -> tuple[str | None, int, Speculat
     except ValidationError as e:
         raise ConfigError(f"speculative config {json.dumps(spec)}: {format_validation_error(e)}") from None
     return method_kind(cfg.method), int(cfg.num_speculative_tokens or 0), cfg
+
+
+def conditional_rates(unconditional: Sequence[float]) -> list[float]:
+    """vLLM's ``unconditional_to_conditional_rates``: P(position i accepted | all before it accepted) =
+    u_i / u_{i-1} (u_{-1} = 1; 0 after a position that is never reached)."""
+    return [u / p if p > 0 else 0.0 for u, p in zip(unconditional, [1.0, *unconditional], strict=False)]
 
 
 def schedule_k(schedule: list[list[int]], batch: int) -> int:

@@ -23,7 +23,7 @@ from specgauge.predict.replay import WorkloadReplay
 from specgauge.recommend import Option, recommend
 from specgauge.recommend.choose import choose
 from specgauge.sweep.grid import config_label
-from specgauge.engine.batch_verify import conditional_rates
+from specgauge.config import conditional_rates
 from specgauge.workload.samples import sample_logged_path
 
 NG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}

@@ -10,7 +10,6 @@ acceptance every row keeps draft position j with its configured conditional rate
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -24,12 +23,6 @@ from specgauge.engine.verify import rejection_sample
 #: per request: the tokens it emits this step (accepted drafts + one recovered / bonus token), and how
 #: many drafts were accepted
 Verified = tuple[list[list[int]], list[int]]
-
-
-def conditional_rates(unconditional: Sequence[float]) -> list[float]:
-    """vLLM's ``unconditional_to_conditional_rates``: P(position i accepted | all before it accepted) =
-    u_i / u_{i-1} (u_{-1} = 1; 0 after a position that is never reached)."""
-    return [u / p if p > 0 else 0.0 for u, p in zip(unconditional, [1.0, *unconditional], strict=False)]
 
 
 @dataclass
@@ -133,4 +126,4 @@ class BatchVerifier:
             toks[w], n_acc[w] = out_rows[i][: n_list[i] + 1], n_list[i]
 
 
-__all__ = ["BatchVerifier", "Verified", "conditional_rates"]
+__all__ = ["BatchVerifier", "Verified"]

@@ -33,9 +33,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from specgauge.config import SpeculativeConfig
+from specgauge.config import SpeculativeConfig, conditional_rates
 from specgauge.drafters.base import Drafter, make_drafter
-from specgauge.engine.batch_verify import BatchVerifier, conditional_rates
+from specgauge.engine.batch_verify import BatchVerifier
 from specgauge.engine.sampling import SamplingParams, make_generator
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.engine.step_records import EngineRequest, FinishReason, StepOutput, StepTiming

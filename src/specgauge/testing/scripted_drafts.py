@@ -2,7 +2,7 @@
 apart from serving: a workload request's identity (``request_key``, ``trace_key``), the logged outputs it
 answers with (``load_logged``), the replayed drafts per run (``replay_traces``), and vLLM's synthetic
 acceptance draws (``draw_accepted``, ``synthetic_steps``; the conditional rates are the engine's own,
-``engine.batch_verify.conditional_rates``).
+``config.conditional_rates``).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from specgauge.drafters.base import accepted_options, accepted_prefix, make_draf
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.predict.law import SHAPES, is_model_method
 from specgauge.predict.predict import step_function
-from specgauge.config import resolve_spec
+from specgauge.config import conditional_rates, resolve_spec
 from specgauge.testing._loop import ThreadedServer
 from specgauge.testing.faults import FaultHooks, Faults
 from specgauge.testing.scripted_drafts import Traces, draw_accepted, load_logged, replay_traces, request_key, trace_key
@@ -88,11 +88,7 @@ class ScriptedServer(ThreadedServer):
         self.method, self.k, cfg = resolve_spec(speculative_config)
         self.hooks = FaultHooks(faults, self.k, speculative_config) if faults is not None else None
         #: synthetic acceptance (vLLM's ``rejection_sample_method: synthetic``): conditional rate per position
-        self.synthetic = None
-        if cfg is not None and cfg.synthetic:
-            from specgauge.engine.batch_verify import conditional_rates  # the engine's (it imports torch: only here)
-
-            self.synthetic = conditional_rates(cfg.synthetic_rates())
+        self.synthetic = conditional_rates(cfg.synthetic_rates()) if cfg is not None and cfg.synthetic else None
         self.step_seconds = step_fn or step_function(self.law, shape, self.method, self.k)
         self.max_batch = max_batch
         self.model_name = model_name

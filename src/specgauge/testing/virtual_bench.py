@@ -33,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from specgauge.config import conditional_rates, resolve_spec
 from specgauge.engine.spec_stats import SpecStats
 from specgauge.loadgen.dialects.vllm import spec_from_vllm_request
 from specgauge.predict.runs import write_cell
-from specgauge.predict.replay import WorkloadReplay, prior_requests, resolve_spec
+from specgauge.predict.replay import WorkloadReplay, prior_requests
 from specgauge.predict.schedule import PlannedRequest, simulate_schedule, step_ends
 from specgauge.predict.types import CellSpec
 from specgauge.records import Chunk, RequestRecord, TokenCountSource
@@ -61,8 +62,6 @@ def planned_run(replay: WorkloadReplay, spec: dict[str, Any] | None, run: int = 
     if cfg is None or not cfg.synthetic:
         return replay.planned(spec, prior, sampled_repeat)
     assert spec is not None
-    from specgauge.engine.batch_verify import conditional_rates  # the engine's (it imports torch: only here)
-
     rates = conditional_rates(cfg.synthetic_rates())
     out = []
     for lr, pt in zip(replay.requests, replay.positions(spec, prior), strict=True):
