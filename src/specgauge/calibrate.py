@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from specgauge.calibrate_points import ProposedPoint, default_forward, family, plan_synthetic, propose_points
+from specgauge.calibrate_points import ProposedPoint, default_forward, family, plan_synthetic, propose_points, requests_at
 from specgauge.predict.fit import expand_run_dirs, fit_profile, synthetic_rates
 from specgauge.predict.runs import load_run, write_cell
 from specgauge.predict.predict import predict_cells
@@ -162,7 +162,7 @@ def plan_calibration(methods: Sequence[str], ks: Mapping[str, int | list[int]], 
     seen: set[str] = set()
 
     def n_for(c: int) -> int | None:
-        return None if num_prompts is None else max(num_prompts, 2 * c) if c > lo else num_prompts
+        return requests_at(num_prompts, c) if c > lo else num_prompts
 
     for cell in cells:
         if cell.speculative_config is None:
@@ -269,12 +269,9 @@ def run_calibration(cfg: CalibrateConfig, console: Any = None, tokenizer: Any = 
     proposed = _proposals(cfg, profile, cells, tokenizer, replay)
     identified: list[ProposedPoint] = []
     if proposed and cfg.identify and not cfg.from_runs:  # one round: run them, fit again with them
-        def n_at(c: int) -> int | None:
-            return None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * c)
-
-        more = [(p.cell(), n_at(p.concurrency)) for p in proposed]
+        more = [(p.cell(), requests_at(cfg.num_prompts, p.concurrency)) for p in proposed]
         # the baseline beside each (its batch's own step cost, and the point's speedup to check)
-        more += [(CellSpec(label="off", speculative_config=None, concurrency=c), n_at(c))
+        more += [(CellSpec(label="off", speculative_config=None, concurrency=c), requests_at(cfg.num_prompts, c))
                  for c in sorted({p.concurrency for p in proposed}) if ("off", c) not in keyed]
         got_dirs, got_n = _run_planned(more, target, cfg, out / "identify", console)
         keyed.update(got_dirs)
@@ -319,8 +316,7 @@ def plan_live(cfg: CalibrateConfig, embedded: bool) -> list[tuple[CellSpec, int 
         # 64 calibrated at 4 and 16 only: +6.8 % on a virtual clock, +2.6 % with these points)
         top = max(asked)
         if top not in concs:
-            n_top = None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * top)
-            planned.append((CellSpec(label="off", speculative_config=None, concurrency=top), n_top))
+            planned.append((CellSpec(label="off", speculative_config=None, concurrency=top), requests_at(cfg.num_prompts, top)))
         planned += plan_synthetic([c for c, _ in planned], sorted({*concs, top}), forward, cfg.synthetic_acceptance, cfg.num_prompts)
     return planned
 
@@ -381,7 +377,7 @@ def _proposals(cfg: CalibrateConfig, profile: StepCostProfile, cells: Sequence[C
         for sp in by_family.values():
             spec = {**sp, "num_speculative_tokens": max(cfg.predict_k or 0, int(sp.get("num_speculative_tokens") or 1))}
             here.append(CellSpec(label=config_label(spec), speculative_config=spec, concurrency=c))
-        n = None if cfg.num_prompts is None else max(cfg.num_prompts, 2 * c)
+        n = requests_at(cfg.num_prompts, c)
         same = replay if replay is not None and n is not None and len(replay.requests) == n else None
         preds += predict_cells(profile, cfg.workload, here, tokenizer=tokenizer, num_prompts=n, replay=same)
         ask_cells += here

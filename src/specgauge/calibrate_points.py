@@ -84,6 +84,12 @@ def default_forward(concurrencies: Sequence[int], k: int) -> int:
 NGRAM_FILL = {"method": "ngram", "prompt_lookup_min": 1, "prompt_lookup_max": 1}
 
 
+def requests_at(num_prompts: int | None, concurrency: int) -> int | None:
+    """Requests a calibration run at ``concurrency`` sends: at least 2·C, so that a closed loop reaches
+    batch C and holds it (None: each workload request once)."""
+    return None if num_prompts is None else max(num_prompts, 2 * concurrency)
+
+
 def plan_synthetic(configs: Sequence[CellSpec], concurrencies: Sequence[int], forward_tokens: int, length: float,
                    num_prompts: int | None) -> list[tuple[CellSpec, int | None]]:
     """One synthetic run per method family of ``configs`` and concurrency C: k = ⌈forward / C⌉ − 1 capped
@@ -112,8 +118,7 @@ def plan_synthetic(configs: Sequence[CellSpec], concurrencies: Sequence[int], fo
             if k <= kmax:
                 continue
             s = synthetic_spec(spec, k, length)
-            n = None if num_prompts is None else max(num_prompts, 2 * conc)
-            out.append((CellSpec(label=config_label(s), speculative_config=s, concurrency=conc), n))
+            out.append((CellSpec(label=config_label(s), speculative_config=s, concurrency=conc), requests_at(num_prompts, conc)))
     return out
 
 
